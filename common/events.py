@@ -1,0 +1,179 @@
+"""Events: everything that can happen to a role, as small frozen records.
+
+Each event carries the id of the stimulus that caused it, so every state change it makes
+is recorded against that id (`story()`), and the JSON event log carries the same id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.cluster import LMSnapshot
+from common.messages import LaunchResult, Placement, RequestKind, TaskEvent
+from common.models import JobSpec
+from common.reasons import Reason
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed: heartbeats fall due, liveness deadlines expire, pending work is retried."""
+
+    stimulus_id: str
+
+
+# --- GM inputs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobSubmitted:
+    stimulus_id: str
+    job: JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class LMReplied:
+    """The LM's answer to a launch, repartition or preemption request of this GM."""
+
+    stimulus_id: str
+    lm: str
+    request_id: str
+    results: tuple[LaunchResult, ...]
+    snapshot: LMSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class LMRequestFailed:
+    """A request got no answer after the shell's retries (timeout, connection refused).
+
+    The GM cannot know whether the LM acted on it: it requeues the tasks under new attempt
+    ids and lets the first attempt to finish win.
+    """
+
+    stimulus_id: str
+    lm: str
+    request_id: str
+    reason: Reason = Reason.LM_UNREACHABLE
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReceived:
+    stimulus_id: str
+    snapshot: LMSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEventReceived:
+    stimulus_id: str
+    event: TaskEvent
+
+
+# --- LM inputs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequested:
+    stimulus_id: str
+    gm: str
+    request_id: str
+    kind: RequestKind
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptRequested:
+    """Stop `victims` (attempt ids running on the placement's node), then launch it."""
+
+    stimulus_id: str
+    gm: str
+    request_id: str
+    placement: Placement
+    victims: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested:
+    """The owning GM no longer wants this attempt (a redundant or superseded copy)."""
+
+    stimulus_id: str
+    gm: str
+    attempt_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerTaskStarted:
+    stimulus_id: str
+    worker: str
+    attempt_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerTaskFinished:
+    stimulus_id: str
+    worker: str
+    attempt_id: str
+    runtime: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerTaskFailed:
+    stimulus_id: str
+    worker: str
+    attempt_id: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHeartbeat:
+    """A worker agent is alive and runs (or queues) these attempts.
+
+    The placements let a restarted LM adopt what its workers are running.
+    """
+
+    stimulus_id: str
+    worker: str
+    running: tuple[Placement, ...]
+
+
+# --- worker agent inputs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAssigned:
+    stimulus_id: str
+    placement: Placement
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCancelled:
+    stimulus_id: str
+    attempt_id: str
+    reason: Reason
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRunEnded:
+    """The shell's runner finished holding (or burning) the task's resources."""
+
+    stimulus_id: str
+    attempt_id: str
+    runtime: float
+
+
+Event = (
+    Tick
+    | JobSubmitted
+    | LMReplied
+    | LMRequestFailed
+    | HeartbeatReceived
+    | TaskEventReceived
+    | LaunchRequested
+    | PreemptRequested
+    | CancelRequested
+    | WorkerTaskStarted
+    | WorkerTaskFinished
+    | WorkerTaskFailed
+    | WorkerHeartbeat
+    | TaskAssigned
+    | TaskCancelled
+    | TaskRunEnded
+)

@@ -1,0 +1,61 @@
+"""Records that travel between roles: launch items, per-item verdicts and task events.
+
+They are the core's dataclasses; `common/wire.py` turns them into pydantic wire models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from common.models import TaskSpec
+from common.reasons import LAUNCH_OK, Reason
+
+
+class RequestKind(StrEnum):
+    LAUNCH = "launch"  # into the requesting GM's internal partition
+    REPARTITION = "repartition"  # into another GM's partition, as a logical node
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One launch item: run this attempt of a task on that node for that GM."""
+
+    attempt_id: str  # `task_id#n`: the idempotency key of a launch
+    task: TaskSpec
+    node_id: str
+    gm: str
+    user: str
+    priority: float = 0.0  # the job's estimated remaining work: lower runs first (SRPT)
+    pilot: bool = False  # a slearn pilot task: a worker runs these first
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchResult:
+    attempt_id: str
+    task_id: str
+    node_id: str
+    reason: Reason
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason in LAUNCH_OK
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """What an LM tells the owning GM about an attempt: started, finished, preempted, lost."""
+
+    kind: Reason
+    attempt_id: str
+    task_id: str
+    job_id: str
+    gm: str
+    lm: str
+    node_id: str
+    runtime: float | None = None  # measured by the worker, for finished attempts
+    detail: str = ""
+
+
+def attempt_id_of(task_id: str, attempt: int) -> str:
+    return f"{task_id}#{attempt}"

@@ -1,0 +1,94 @@
+"""The core's own records: nodes, tasks and jobs, and the checks that reject bad ones.
+
+These are the core's dataclasses; the pydantic models that cross the wire live in
+`common/wire.py` and are converted at the edge.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from common.errors import InvalidInput
+from common.resources import Resources
+
+DEFAULT_NUM_CONSTRAINTS = 21
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    node_id: str
+    lm: str
+    worker: str  # the worker agent that hosts this node
+    capacity: Resources
+    constraints: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    task_id: str
+    job_id: str
+    demand: Resources
+    constraints: frozenset[int] = frozenset()
+    duration: float | None = None  # true runtime of a replayed task; None runs until stopped
+
+    @property
+    def shape(self) -> tuple[frozenset[int], int, int]:
+        """Tasks of one shape match the same nodes: placement caches and skips by it."""
+        return (self.constraints, self.demand.cpu_m, self.demand.mem_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    job_id: str
+    user: str  # the user queue; it decides the serving GM and the fair share
+    tasks: tuple[TaskSpec, ...]
+    arrival: float
+    weight: float = 1.0
+    estimated_task_duration: float | None = None  # a trace's own estimate (field 3), if any
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+def validate_job(job: JobSpec, num_constraints: int = DEFAULT_NUM_CONSTRAINTS) -> None:
+    """Raise `InvalidInput` naming the first bad field; accept nothing partially."""
+    if not job.job_id:
+        raise InvalidInput("job_id", "must be a non-empty string")
+    if not job.user:
+        raise InvalidInput("user", "must name a user queue")
+    if not (isinstance(job.weight, int | float) and math.isfinite(job.weight) and job.weight > 0):
+        raise InvalidInput("weight", f"must be a positive finite number, got {job.weight!r}")
+    if not job.tasks:
+        raise InvalidInput("tasks", "a job needs at least one task")
+    seen: set[str] = set()
+    for index, task in enumerate(job.tasks):
+        where = f"tasks[{index}]"
+        if not task.task_id:
+            raise InvalidInput(f"{where}.task_id", "must be a non-empty string")
+        if task.task_id in seen:
+            raise InvalidInput(f"{where}.task_id", f"duplicate task id {task.task_id!r}")
+        seen.add(task.task_id)
+        if task.job_id != job.job_id:
+            raise InvalidInput(f"{where}.job_id", f"{task.job_id!r} is not {job.job_id!r}")
+        task.demand.validate_demand(f"{where}.demand")
+        for constraint in task.constraints:
+            if not (isinstance(constraint, int) and 0 <= constraint < num_constraints):
+                raise InvalidInput(
+                    f"{where}.constraints",
+                    f"unknown constraint id {constraint!r} (ids are 0..{num_constraints - 1})",
+                )
+        if task.duration is not None and not (
+            math.isfinite(task.duration) and task.duration >= 0
+        ):
+            raise InvalidInput(f"{where}.duration", f"must be >= 0, got {task.duration!r}")
+
+
+def validate_node(node: NodeSpec, num_constraints: int = DEFAULT_NUM_CONSTRAINTS) -> None:
+    if not node.node_id:
+        raise InvalidInput("node_id", "must be a non-empty string")
+    node.capacity.validate_demand(f"nodes[{node.node_id}].capacity")
+    for constraint in node.constraints:
+        if not (isinstance(constraint, int) and 0 <= constraint < num_constraints):
+            raise InvalidInput(
+                f"nodes[{node.node_id}].constraints",
+                f"unknown constraint id {constraint!r} (ids are 0..{num_constraints - 1})",
+            )

@@ -1,0 +1,43 @@
+"""Why things happen, as data: placement outcomes, LM verdicts and task-event kinds.
+
+A pending task always has a reason a user can read (`GET /v1/jobs/{id}` shows it), and the
+LM's answer to every launch item is one of these, never a bare boolean.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    # outcomes of the GM's own search over its view
+    PLACED = "placed"
+    NO_CAPACITY = "no_capacity"  # feasible nodes exist, none has room in the GM's view now
+    INFEASIBLE = "infeasible"  # no node in the federation satisfies constraints and size
+    NO_VIEW = "no_view"  # the GM has no state of any LM yet (just started)
+    HELD_FOR_PILOTS = "held_for_pilots"  # slearn: waits for its job's pilot tasks
+    WAITING_FOR_LM = "waiting_for_lm"  # placed, launch request in flight
+    # LM verdicts on launch, repartition and preemption items
+    LAUNCHED = "launched"
+    ALREADY_RUNNING = "already_running"  # idempotent retry of a launch the LM already ran
+    STALE_VIEW = "stale_view"  # the node lacks the resources the GM believed free
+    NOT_OWNER = "not_owner"  # launch into a node outside the GM's partition
+    OWNED_BY_REQUESTER = "owned_by_requester"  # repartition of a node already internal
+    NODE_DOWN = "node_down"
+    UNKNOWN_NODE = "unknown_node"
+    CONSTRAINT_MISMATCH = "constraint_mismatch"
+    DUPLICATE = "duplicate"  # the attempt id was used before: refused, never run twice
+    VICTIM_GONE = "victim_gone"  # a preemption victim is no longer running there
+    VICTIMS_INSUFFICIENT = "victims_insufficient"  # freeing the victims would not make room
+    LM_RECOVERING = "lm_recovering"  # restarted LM still learning what its workers run
+    LM_UNREACHABLE = "lm_unreachable"
+    # task-event kinds reported by LMs to the owning GM
+    STARTED = "started"
+    FINISHED = "finished"
+    PREEMPTED = "preempted"
+    LOST = "lost"  # its node went down
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+LAUNCH_OK = frozenset({Reason.LAUNCHED, Reason.ALREADY_RUNNING})
