@@ -1,0 +1,840 @@
+"""The Global Master: places its user queues' tasks on a possibly stale view of every LM.
+
+Flow (DESIGN section 3): tasks leave the pending queue in policy order; each is tried in the
+GM's internal partitions round-robin across LMs, then in external partitions (a repartition
+request), then, if the fairness policy allows, by preempting tasks of a queue above its
+share. A match is reserved in the view and batched per LM; the LM's answer commits or
+refuses each item and carries a fresh snapshot that replaces the view (plan on the view,
+apply on the truth). A refused task returns to the front of its job's queue.
+
+Attempts: every launch of a task gets a new attempt id `task#epoch.n`. A task completes at
+most once: the first attempt to finish wins and any other live attempt is cancelled, so a
+request whose answer was lost (`LMRequestFailed`) can be retried under a new attempt id
+without ever counting a task twice.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from sortedcontainers import SortedList
+
+from common.cluster import ClusterState, ClusterTopology, LMSnapshot, RunningInfo
+from common.commands import (
+    Command,
+    JobEnded,
+    Log,
+    SendCancel,
+    SendLaunch,
+    SendPreempt,
+)
+from common.errors import InvalidInput, InvariantViolated
+from common.events import (
+    HeartbeatReceived,
+    JobSubmitted,
+    LMReplied,
+    LMRequestFailed,
+    TaskEventReceived,
+    Tick,
+)
+from common.lifecycle import (
+    JOB_TRANSITIONS,
+    TASK_TRANSITIONS,
+    JobState,
+    TaskState,
+    check_transition,
+)
+from common.messages import Placement, RequestKind, TaskEvent
+from common.models import DEFAULT_NUM_CONSTRAINTS, JobSpec, TaskSpec, validate_job
+from common.policies.fairness import (
+    UserQueue,
+    choose_victims,
+    dominant_usage,
+    make_fairness_policy,
+)
+from common.policies.job import JobProgress, make_job_policy
+from common.reasons import Reason
+from common.story import TransitionLog
+
+
+@dataclass(frozen=True, slots=True)
+class GMConfig:
+    gm_id: str
+    queues: tuple[UserQueue, ...]  # every queue of the federation; this GM serves its own
+    job_policy: str = "fifo"
+    job_policy_options: dict = field(default_factory=dict)
+    fairness: str = "fair_share"
+    best_fit: bool = False
+    work_conserving: bool = True  # slearn: idle capacity may run held tasks
+    lm_timeout: float = 5.0  # an LM silent this long is left out of searches
+    max_failures: int = 3  # worker-reported failures of one task before its job fails
+    max_losses: int = 20  # node losses and unanswered requests tolerated per task
+    num_constraints: int = DEFAULT_NUM_CONSTRAINTS
+    epoch: int = 0  # incarnation: attempt ids of a restarted GM never collide
+    seed: int = 0
+
+
+# -- the GM's records --------------------------------------------------------------------------
+
+
+@dataclass(slots=True, eq=False)
+class TaskRecord:
+    spec: TaskSpec
+    job: JobRecord
+    index: int
+    state: TaskState = TaskState.PENDING
+    reason: Reason = Reason.NO_VIEW  # why it is where it is; for a pending task, why it waits
+    attempts: int = 0
+    live: str | None = None  # the attempt the GM is waiting for
+    lm: str | None = None
+    node: str | None = None
+    failures: int = 0
+    losses: int = 0
+    runtime: float | None = None
+
+
+@dataclass(slots=True, eq=False)
+class JobRecord:
+    spec: JobSpec
+    progress: JobProgress
+    tasks: list[TaskRecord] = field(default_factory=list)
+    pending: deque[TaskRecord] = field(default_factory=deque)
+    held: deque[TaskRecord] = field(default_factory=deque)
+    state: JobState = JobState.PENDING
+    key: tuple = ()
+    reason: str = ""
+    finished_at: float | None = None
+
+
+@dataclass(slots=True)
+class InflightRequest:
+    lm: str
+    attempts: list[str]
+    reserved: list[tuple[int, int, int]]  # (node index, cpu, mem) taken in the view
+
+
+class LMView:
+    """The GM's copy of one LM's state: the last snapshot plus its own in-flight reservations.
+
+    Reservations of requests still unanswered are re-applied on top of every newer snapshot:
+    if the LM already counted them, the view is briefly pessimistic (never optimistic), and
+    the request's answer settles it.
+    """
+
+    def __init__(self, snapshot: LMSnapshot) -> None:
+        self.lm = snapshot.lm
+        self.state = ClusterState(snapshot.topology)
+        self.version = (-1, -1)
+        self.running: tuple[RunningInfo, ...] = ()
+        self.last_heard = float("-inf")
+        self.inflight: dict[str, list[tuple[int, int, int]]] = {}
+        self._running_by_node: dict[int, list[RunningInfo]] | None = None
+
+    @property
+    def topology(self) -> ClusterTopology:
+        return self.state.topology
+
+    def apply(self, snapshot: LMSnapshot) -> bool:
+        """Take a snapshot if it is newer than what the view has; True if it was taken."""
+        if snapshot.version <= self.version:
+            return False
+        if snapshot.topology is not self.state.topology:
+            self.state = ClusterState(snapshot.topology)
+        self.state.load(snapshot.free_cpu, snapshot.free_mem, snapshot.up)
+        for reserved in self.inflight.values():
+            for i, cpu, mem in reserved:
+                self.state.take(i, cpu, mem)
+        self.version = snapshot.version
+        self.running = snapshot.running
+        self._running_by_node = None
+        return True
+
+    def reserve(self, request_id: str, i: int, cpu: int, mem: int) -> None:
+        self.state.take(i, cpu, mem)
+        self.inflight.setdefault(request_id, []).append((i, cpu, mem))
+
+    def release(self, request_id: str) -> None:
+        for i, cpu, mem in self.inflight.pop(request_id, ()):
+            self.state.give(i, cpu, mem)
+
+    def running_on(self, i: int) -> list[RunningInfo]:
+        if self._running_by_node is None:
+            by_node: dict[int, list[RunningInfo]] = {}
+            for info in self.running:
+                by_node.setdefault(info.node_index, []).append(info)
+            self._running_by_node = by_node
+        return self._running_by_node.get(i, [])
+
+
+# -- the state machine --------------------------------------------------------------------------
+
+
+class GlobalMaster:
+    """One GM. Drive it with `handle(event, now)`; carry out the commands it returns."""
+
+    def __init__(
+        self,
+        config: GMConfig,
+        *,
+        topologies: Iterable[ClusterTopology] = (),
+        story_len: int = 100_000,
+        ended_jobs_kept: int = 100_000,
+    ) -> None:
+        self.config = config
+        self.gm = config.gm_id
+        self.rng = random.Random(config.seed)
+        self.policy = make_job_policy(config.job_policy, **config.job_policy_options)
+        self.fairness = make_fairness_policy(config.fairness, config.queues)
+        self.own_queues = {q.name for q in config.queues if q.gm == config.gm_id}
+        self.views: dict[str, LMView] = {}
+        self._topologies = {topology.lm: topology for topology in topologies}
+        self.jobs: dict[str, JobRecord] = {}
+        self._ended_jobs: OrderedDict[str, None] = OrderedDict()
+        self._ended_jobs_kept = ended_jobs_kept
+        self._tasks: dict[str, TaskRecord] = {}
+        self._attempts: dict[str, TaskRecord] = {}  # every unfinished task's attempts
+        self._requests: dict[str, InflightRequest] = {}
+        self._order: SortedList = SortedList()  # (key, job id) of jobs with pending tasks
+        self._held_jobs: dict[str, JobRecord] = {}  # jobs with held tasks, in arrival order
+        self._orphans: dict[str, tuple[str, str, str]] = {}  # task id -> (attempt, lm, node)
+        self._victims_claimed: set[str] = set()
+        self._job_seq = 0
+        self._request_seq = 0
+        self._rr_internal = 0
+        self._rr_external = 0
+        self._view_generation = 0  # bumps when any view may have gained room
+        self._failed_shapes: dict[tuple, Reason] = {}
+        self._failed_generation = -1
+        self.counters: Counter[str] = Counter()
+        self.log = TransitionLog(story_len)
+        self._handlers: dict[type, Callable[..., list[Command]]] = {
+            JobSubmitted: self._on_job,
+            LMReplied: self._on_reply,
+            LMRequestFailed: self._on_request_failed,
+            HeartbeatReceived: self._on_heartbeat,
+            TaskEventReceived: self._on_task_event,
+            Tick: self._on_tick,
+        }
+
+    # -- the entry point ---------------------------------------------------------------------
+
+    def handle(self, event, now: float) -> list[Command]:
+        commands = self._handlers[type(event)](event, now)
+        self._schedule(event.stimulus_id, now, commands)
+        return commands
+
+    def story(self, *keys: str) -> list[dict]:
+        return self.log.story(*keys)
+
+    # -- submission --------------------------------------------------------------------------
+
+    def _on_job(self, event: JobSubmitted, now: float) -> list[Command]:
+        job = event.job
+        if job.job_id in self.jobs:
+            return [Log("job_duplicate", {"job": job.job_id, "user": job.user})]
+        self.check_job(job)
+        self._job_seq += 1
+        progress = JobProgress(len(job.tasks), self._job_seq, job.arrival,
+                               job.estimated_task_duration)
+        record = JobRecord(job, progress)
+        self.policy.admit(progress, self.rng)
+        for index, spec in enumerate(job.tasks):
+            task = TaskRecord(spec, record, index)
+            record.tasks.append(task)
+            self._tasks[spec.task_id] = task
+            if progress.pilots and index not in progress.pilots:
+                task.state, task.reason = TaskState.HELD, Reason.HELD_FOR_PILOTS
+                record.held.append(task)
+            else:
+                record.pending.append(task)
+        self.jobs[job.job_id] = record
+        self.log.record(now, event.stimulus_id, job.job_id, "new", "pending",
+                        f"{len(job.tasks)} tasks, user {job.user}")
+        commands: list[Command] = [
+            Log("job_arrived", {"job": job.job_id, "user": job.user, "gm": self.gm,
+                                "tasks": len(job.tasks), "arrival": job.arrival,
+                                "pilots": len(progress.pilots)})
+        ]
+        for task in list(record.pending) + list(record.held):
+            self._adopt_orphan(task, event.stimulus_id, now, commands)
+        if record.held:
+            self._held_jobs[job.job_id] = record
+        self._requeue_job(record)
+        return commands
+
+    def check_job(self, job: JobSpec) -> None:
+        """Raise `InvalidInput` for a job this GM must refuse; changes nothing."""
+        validate_job(job, self.config.num_constraints)
+        if job.user not in self.own_queues:
+            served = ", ".join(sorted(self.own_queues)) or "none"
+            raise InvalidInput("user", f"queue {job.user!r} is not served by {self.gm} "
+                                       f"(it serves: {served})")
+        topologies = self._known_topologies()
+        for index, task in enumerate(job.tasks):
+            other = self._tasks.get(task.task_id)
+            if other is not None and other.job.spec.job_id != job.job_id:
+                raise InvalidInput(f"tasks[{index}].task_id",
+                                   f"{task.task_id!r} already belongs to job "
+                                   f"{other.job.spec.job_id!r}")
+            if topologies and not any(
+                t.can_ever_run(task.constraints, task.demand.cpu_m, task.demand.mem_mib)
+                for t in topologies
+            ):
+                raise InvalidInput(f"tasks[{index}]", self._infeasible_reason(task, topologies))
+
+    def _known_topologies(self) -> list[ClusterTopology]:
+        known = dict(self._topologies)
+        known.update((lm, view.topology) for lm, view in self.views.items())
+        return list(known.values())
+
+    @staticmethod
+    def _infeasible_reason(task: TaskSpec, topologies: list[ClusterTopology]) -> str:
+        matching = sum(t.mask_for(task.constraints).count() for t in topologies)
+        if matching == 0:
+            rarest = min(task.constraints, key=lambda c: sum(
+                t.constraint_vectors[c].count() for t in topologies))
+            return (f"no node in the federation satisfies constraints "
+                    f"{sorted(task.constraints)} (rarest: {rarest})")
+        return (f"asks cpu_m={task.demand.cpu_m}, mem_mib={task.demand.mem_mib}, more than any "
+                f"of the {matching} nodes satisfying its constraints has")
+
+    # -- the scheduling pass --------------------------------------------------------------------
+
+    def _schedule(self, stimulus_id: str, now: float, commands: list[Command]) -> None:
+        if not (self._order or self._held_jobs):
+            return
+        views = [view for view in self.views.values()
+                 if now - view.last_heard <= self.config.lm_timeout]
+        if not views:
+            return
+        if self._failed_generation != self._view_generation:
+            self._failed_shapes.clear()
+            self._failed_generation = self._view_generation
+        batches: dict[tuple[str, RequestKind], str] = {}
+        for _, job_id in list(self._order):
+            job = self.jobs[job_id]
+            still = deque()
+            for task in job.pending:
+                if not self._try_place(task, views, batches, stimulus_id, now, commands):
+                    still.append(task)
+            self._set_pending(job, still)
+        if self.config.work_conserving:
+            self._run_held(views, batches, stimulus_id, now, commands)
+        for (lm, kind), request_id in batches.items():
+            request = self._requests[request_id]
+            placements = tuple(self._placement_of(self._attempts[a], a)
+                               for a in request.attempts)
+            commands.append(SendLaunch(lm, request_id, kind, placements))
+
+    def _run_held(self, views, batches, stimulus_id, now, commands) -> None:
+        """Work conservation: held tasks may use what the eligible ones could not."""
+        for job in list(self._held_jobs.values()):
+            still = deque()
+            for task in job.held:
+                if task.state is not TaskState.HELD or not self._try_place(
+                    task, views, batches, stimulus_id, now, commands, allow_preempt=False
+                ):
+                    still.append(task)
+            job.held = still
+            if not still:
+                del self._held_jobs[job.spec.job_id]
+
+    def _try_place(
+        self,
+        task: TaskRecord,
+        views: list[LMView],
+        batches: dict[tuple[str, RequestKind], str],
+        stimulus_id: str,
+        now: float,
+        commands: list[Command],
+        allow_preempt: bool = True,
+    ) -> bool:
+        spec = task.spec
+        shape = spec.shape
+        failed = self._failed_shapes.get(shape)
+        if failed is not None:
+            task.reason = failed
+            return False
+        self.counters["decisions_total"] += 1
+        kind = RequestKind.LAUNCH
+        found = self._search(spec, views, internal=True)
+        if found is None:
+            kind = RequestKind.REPARTITION
+            found = self._search(spec, views, internal=False)
+        if found is not None:
+            view, i = found
+            batch_key = (view.lm, kind)
+            request_id = batches.get(batch_key)
+            if request_id is None:
+                request_id = batches[batch_key] = self._new_request(view.lm)
+            self._launch(task, view, i, request_id, kind, stimulus_id, now, commands)
+            return True
+        if allow_preempt and self._try_preempt(task, views, stimulus_id, now, commands):
+            return True
+        self._failed_shapes[shape] = Reason.NO_CAPACITY
+        task.reason = Reason.NO_CAPACITY
+        return False
+
+    def _search(self, spec: TaskSpec, views: list[LMView], internal: bool):
+        """Round-robin over LMs, starting after the LM that took the last task."""
+        g = None
+        count = len(views)
+        start = self._rr_internal if internal else self._rr_external
+        cpu, mem, constraints = spec.demand.cpu_m, spec.demand.mem_mib, spec.constraints
+        best_fit = self.config.best_fit
+        for k in range(count):
+            view = views[(start + k) % count]
+            topology = view.state.topology
+            g = topology.gm_index.get(self.gm)
+            if g is None:
+                continue
+            partition = topology.owned[g] if internal else topology.not_owned[g]
+            i = view.state.find(constraints, partition, cpu, mem, best_fit)
+            if i >= 0:
+                if internal:
+                    self._rr_internal = (start + k + 1) % count
+                else:
+                    self._rr_external = (start + k + 1) % count
+                return view, i
+        return None
+
+    def _new_request(self, lm: str) -> str:
+        self._request_seq += 1
+        request_id = f"{self.gm}.{self.config.epoch}.{self._request_seq}"
+        self._requests[request_id] = InflightRequest(lm, [], [])
+        return request_id
+
+    def _launch(
+        self, task: TaskRecord, view: LMView, i: int, request_id: str, kind: RequestKind,
+        stimulus_id: str, now: float, commands: list[Command],
+    ) -> None:
+        demand = task.spec.demand
+        view.reserve(request_id, i, demand.cpu_m, demand.mem_mib)
+        attempt_id = self._new_attempt(task)
+        self._requests[request_id].attempts.append(attempt_id)
+        task.lm, task.node = view.lm, view.topology.node_ids[i]
+        self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, stimulus_id, now,
+                   f"{kind} {task.lm}/{task.node}")
+        self.counters[f"placements_total.{kind}"] += 1
+        commands.append(Log("task_placed", {
+            "attempt": attempt_id, "task": task.spec.task_id, "job": task.job.spec.job_id,
+            "user": task.job.spec.user, "gm": self.gm, "lm": task.lm, "node": task.node,
+            "kind": str(kind), "request": request_id}))
+
+    def _new_attempt(self, task: TaskRecord) -> str:
+        task.attempts += 1
+        attempt_id = f"{task.spec.task_id}#{self.config.epoch}.{task.attempts}"
+        task.live = attempt_id
+        self._attempts[attempt_id] = task
+        return attempt_id
+
+    def _placement_of(self, task: TaskRecord, attempt_id: str) -> Placement:
+        progress = task.job.progress
+        return Placement(
+            attempt_id=attempt_id, task=task.spec, node_id=task.node or "", gm=self.gm,
+            user=task.job.spec.user, priority=self.policy.worker_priority(progress),
+            pilot=progress.sampling and task.index in progress.pilots,
+        )
+
+    # -- fairness ------------------------------------------------------------------------------
+
+    def _try_preempt(self, task: TaskRecord, views: list[LMView], stimulus_id: str,
+                     now: float, commands: list[Command]) -> bool:
+        user = task.job.spec.user
+        if not self.fairness.victim_queues(user, {}) and self.config.fairness == "none":
+            return False
+        usage = self.usage(views)
+        spec = task.spec
+        for victim_queue in self.fairness.victim_queues(user, usage):
+            for view in views:
+                found = self._victims_in(view, spec, victim_queue)
+                if found is not None:
+                    i, victims = found
+                    self._preempt(task, view, i, victims, stimulus_id, now, commands)
+                    return True
+        return False
+
+    def usage(self, views: Iterable[LMView] | None = None) -> dict[str, float]:
+        """Each queue's dominant share of the federation, as this GM's views see it."""
+        views = list(self.views.values()) if views is None else list(views)
+        total_cpu = sum(sum(v.topology.cap_cpu) for v in views) or 1
+        total_mem = sum(sum(v.topology.cap_mem) for v in views) or 1
+        return dominant_usage((info for v in views for info in v.running), total_cpu, total_mem)
+
+    def _victims_in(self, view: LMView, spec: TaskSpec, victim_queue: str):
+        state = view.state
+        mask = view.topology.mask_for(spec.constraints) & state.up
+        for i in mask.search(1):
+            candidates = [info for info in view.running_on(i)
+                          if info.user == victim_queue
+                          and info.attempt_id not in self._victims_claimed]
+            if not candidates:
+                continue
+            victims = choose_victims(candidates, state.free_cpu[i], state.free_mem[i],
+                                     spec.demand.cpu_m, spec.demand.mem_mib)
+            if victims is not None:
+                return i, victims
+        return None
+
+    def _preempt(self, task: TaskRecord, view: LMView, i: int, victims: tuple[str, ...],
+                 stimulus_id: str, now: float, commands: list[Command]) -> None:
+        request_id = self._new_request(view.lm)
+        demand = task.spec.demand
+        freed = {info.attempt_id: info for info in view.running_on(i)}
+        view.reserve(request_id, i, demand.cpu_m, demand.mem_mib)
+        for victim in victims:
+            info = freed[victim]
+            view.reserve(request_id, i, -info.cpu_m, -info.mem_mib)
+        self._victims_claimed.update(victims)
+        attempt_id = self._new_attempt(task)
+        self._requests[request_id].attempts.append(attempt_id)
+        task.lm, task.node = view.lm, view.topology.node_ids[i]
+        self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, stimulus_id, now,
+                   f"preempting {len(victims)} on {task.lm}/{task.node}")
+        self.counters["preemption_requests_total"] += 1
+        commands.append(Log("preemption_requested", {
+            "attempt": attempt_id, "task": task.spec.task_id, "job": task.job.spec.job_id,
+            "user": task.job.spec.user, "gm": self.gm, "lm": task.lm, "node": task.node,
+            "victims": list(victims), "request": request_id}))
+        commands.append(SendPreempt(view.lm, request_id, self._placement_of(task, attempt_id),
+                                    victims))
+
+    # -- answers from LMs ------------------------------------------------------------------------
+
+    def _on_reply(self, event: LMReplied, now: float) -> list[Command]:
+        commands: list[Command] = []
+        request = self._requests.pop(event.request_id, None)
+        view = self._view_for(event.snapshot)
+        view.release(event.request_id)
+        self._take_snapshot(view, event.snapshot, now)
+        self._view_generation += 1  # released reservations may have made room
+        for result in event.results:
+            self._victims_claimed.discard(result.attempt_id)
+            task = self._attempts.get(result.attempt_id)
+            if task is None or task.live != result.attempt_id:
+                continue
+            if result.accepted:
+                if task.state is TaskState.PLACING:
+                    self._move(task, TaskState.LAUNCHED, Reason.LAUNCHED, event.stimulus_id,
+                               now, f"{event.lm}/{result.node_id}")
+            else:
+                self.counters[f"launch_refused_total.{result.reason}"] += 1
+                self._requeue(task, result.reason, event.stimulus_id, now, commands)
+        if request is None:
+            commands.append(Log("reply_unexpected", {"lm": event.lm, "request": event.request_id}))
+        return commands
+
+    def _on_request_failed(self, event: LMRequestFailed, now: float) -> list[Command]:
+        request = self._requests.pop(event.request_id, None)
+        commands: list[Command] = []
+        if request is None:
+            return commands
+        view = self.views.get(request.lm)
+        if view is not None:
+            view.release(event.request_id)
+            self._view_generation += 1
+        for attempt_id in request.attempts:
+            task = self._attempts.get(attempt_id)
+            if task is not None and task.live == attempt_id:
+                task.losses += 1
+                self._requeue(task, event.reason, event.stimulus_id, now, commands)
+        return commands
+
+    def _on_heartbeat(self, event: HeartbeatReceived, now: float) -> list[Command]:
+        view = self._view_for(event.snapshot)
+        commands: list[Command] = []
+        if self._take_snapshot(view, event.snapshot, now):
+            self._view_generation += 1
+            self._adopt_running(view, event.stimulus_id, now, commands)
+        return commands
+
+    def _view_for(self, snapshot: LMSnapshot) -> LMView:
+        view = self.views.get(snapshot.lm)
+        if view is None:
+            view = self.views[snapshot.lm] = LMView(snapshot)
+        return view
+
+    def _take_snapshot(self, view: LMView, snapshot: LMSnapshot, now: float) -> bool:
+        view.last_heard = max(view.last_heard, now)
+        return view.apply(snapshot)
+
+    def _on_tick(self, event: Tick, now: float) -> list[Command]:
+        return []
+
+    # -- task events --------------------------------------------------------------------------
+
+    def _on_task_event(self, event: TaskEventReceived, now: float) -> list[Command]:
+        report = event.event
+        task = self._attempts.get(report.attempt_id)
+        commands: list[Command] = []
+        if task is None:
+            commands.append(Log("task_event_ignored", {"attempt": report.attempt_id,
+                                                       "kind": str(report.kind)}))
+            return commands
+        if report.kind is Reason.STARTED:
+            if task.live == report.attempt_id and task.state in (TaskState.PLACING,
+                                                                 TaskState.LAUNCHED):
+                self._move(task, TaskState.RUNNING, Reason.STARTED, event.stimulus_id, now)
+                if task.job.state is JobState.PENDING:
+                    self._move_job(task.job, JobState.RUNNING, event.stimulus_id, now)
+        elif report.kind is Reason.FINISHED:
+            self._finish(task, report, event.stimulus_id, now, commands)
+        elif task.live == report.attempt_id:
+            self._attempt_ended(task, report, event.stimulus_id, now, commands)
+        return commands
+
+    def _attempt_ended(self, task: TaskRecord, report: TaskEvent, stimulus_id: str,
+                       now: float, commands: list[Command]) -> None:
+        """Preempted, lost, failed or cancelled: requeue, or fail the job past the limits."""
+        self.counters[f"attempts_ended_total.{report.kind}"] += 1
+        if report.kind is Reason.FAILED:
+            task.failures += 1
+        elif report.kind is Reason.LOST:
+            task.losses += 1
+        if task.failures >= self.config.max_failures or task.losses > self.config.max_losses:
+            why = (f"task {task.spec.task_id} ended {task.failures} times with failures and "
+                   f"{task.losses} times lost; last: {report.kind} {report.detail}".strip())
+            self._fail_job(task.job, why, stimulus_id, now, commands)
+            return
+        self._requeue(task, report.kind, stimulus_id, now, commands)
+
+    def _finish(self, task: TaskRecord, report: TaskEvent, stimulus_id: str, now: float,
+                commands: list[Command]) -> None:
+        job = task.job
+        if task.state in (TaskState.DONE, TaskState.FAILED):
+            return
+        if task.live is not None and task.live != report.attempt_id:
+            commands.append(SendCancel(task.lm or report.lm, task.live))
+        if task.state in (TaskState.PENDING, TaskState.HELD):
+            self._remove_waiting(task)
+        task.runtime = report.runtime
+        task.lm, task.node = report.lm, report.node_id
+        self._move(task, TaskState.DONE, Reason.FINISHED, stimulus_id, now, report.attempt_id)
+        self._forget_attempts(task)
+        job.progress.done += 1
+        commands.append(Log("task_done", {
+            "attempt": report.attempt_id, "task": task.spec.task_id, "job": job.spec.job_id,
+            "user": job.spec.user, "gm": self.gm, "lm": report.lm, "node": report.node_id,
+            "runtime": report.runtime}))
+        if job.state is JobState.PENDING:
+            self._move_job(job, JobState.RUNNING, stimulus_id, now)
+        released = self.policy.task_finished(job.progress, task.index, report.runtime or 0.0)
+        if released:
+            self._release_held(job, stimulus_id, now)
+        if job.progress.done == job.progress.num_tasks:
+            job.finished_at = now
+            self._move_job(job, JobState.DONE, stimulus_id, now)
+            self._end_job(job, commands)
+        else:
+            self._requeue_job(job)
+
+    def _release_held(self, job: JobRecord, stimulus_id: str, now: float) -> None:
+        for held in job.held:
+            if held.state is TaskState.HELD:
+                self._move(held, TaskState.PENDING, Reason.NO_CAPACITY, stimulus_id, now,
+                           "pilots measured")
+                job.pending.append(held)
+        job.held = deque()
+        self._held_jobs.pop(job.spec.job_id, None)
+
+    # -- moving tasks and jobs -------------------------------------------------------------------
+
+    def _requeue(self, task: TaskRecord, why: Reason, stimulus_id: str, now: float,
+                 commands: list[Command]) -> None:
+        task.live = None
+        self._move(task, TaskState.PENDING, why, stimulus_id, now)
+        task.job.pending.appendleft(task)
+        self._requeue_job(task.job)
+        self.counters[f"requeues_total.{why}"] += 1
+        commands.append(Log("task_requeued", {"task": task.spec.task_id,
+                                              "job": task.job.spec.job_id, "gm": self.gm,
+                                              "reason": str(why)}))
+
+    def _move(self, task: TaskRecord, new: TaskState, reason: Reason, stimulus_id: str,
+              now: float, detail: str = "") -> None:
+        check_transition(TASK_TRANSITIONS, task.spec.task_id, task.state, new, self.log)
+        self.log.record(now, stimulus_id, task.spec.task_id, task.state, new,
+                        detail or str(reason))
+        task.state, task.reason = new, reason
+
+    def _move_job(self, job: JobRecord, new: JobState, stimulus_id: str, now: float) -> None:
+        check_transition(JOB_TRANSITIONS, job.spec.job_id, job.state, new, self.log)
+        self.log.record(now, stimulus_id, job.spec.job_id, job.state, new)
+        job.state = new
+
+    def _set_pending(self, job: JobRecord, pending: deque[TaskRecord]) -> None:
+        job.pending = pending
+        if not pending:
+            self._order.discard((job.key, job.spec.job_id))
+
+    def _requeue_job(self, job: JobRecord) -> None:
+        """Keep the job in the ordered queue under its current key iff it has pending tasks."""
+        self._order.discard((job.key, job.spec.job_id))
+        job.key = self.policy.order_key(job.progress)
+        if job.pending:
+            self._order.add((job.key, job.spec.job_id))
+
+    def _remove_waiting(self, task: TaskRecord) -> None:
+        job = task.job
+        if task in job.pending:
+            job.pending.remove(task)
+        if task in job.held:
+            job.held.remove(task)
+
+    def _forget_attempts(self, task: TaskRecord) -> None:
+        for n in range(1, task.attempts + 1):
+            self._attempts.pop(f"{task.spec.task_id}#{self.config.epoch}.{n}", None)
+        task.live = None
+
+    def _fail_job(self, job: JobRecord, why: str, stimulus_id: str, now: float,
+                  commands: list[Command]) -> None:
+        for task in job.tasks:
+            if task.state in (TaskState.DONE, TaskState.FAILED):
+                continue
+            if task.live is not None and task.state is not TaskState.PENDING and task.lm:
+                commands.append(SendCancel(task.lm, task.live))
+            self._move(task, TaskState.FAILED, Reason.FAILED, stimulus_id, now, why)
+            self._forget_attempts(task)
+        job.pending.clear()
+        job.held.clear()
+        self._held_jobs.pop(job.spec.job_id, None)
+        job.reason = why
+        job.finished_at = now
+        self._move_job(job, JobState.FAILED, stimulus_id, now)
+        self._end_job(job, commands)
+
+    def _end_job(self, job: JobRecord, commands: list[Command]) -> None:
+        spec = job.spec
+        self._order.discard((job.key, spec.job_id))
+        for task in job.tasks:
+            self._tasks.pop(task.spec.task_id, None)
+        event = "job_done" if job.state is JobState.DONE else "job_failed"
+        commands.append(Log(event, {"job": spec.job_id, "user": spec.user, "gm": self.gm,
+                                    "tasks": len(job.tasks), "arrival": spec.arrival,
+                                    "reason": job.reason}))
+        commands.append(JobEnded(spec.job_id, spec.user, str(job.state), job.reason))
+        self._ended_jobs[spec.job_id] = None
+        if len(self._ended_jobs) > self._ended_jobs_kept:
+            old, _ = self._ended_jobs.popitem(last=False)
+            self.jobs.pop(old, None)
+
+    # -- recovery after a restart -----------------------------------------------------------------
+
+    def _adopt_running(self, view: LMView, stimulus_id: str, now: float,
+                       commands: list[Command]) -> None:
+        """Attempts this GM launched before a restart keep running: take them back."""
+        for info in view.running:
+            if info.gm != self.gm or info.attempt_id in self._attempts:
+                continue
+            task_id = info.attempt_id.rpartition("#")[0]
+            self._orphans[task_id] = (info.attempt_id, view.lm,
+                                      view.topology.node_ids[info.node_index])
+            task = self._tasks.get(task_id)
+            if task is not None:
+                self._adopt_orphan(task, stimulus_id, now, commands)
+
+    def _adopt_orphan(self, task: TaskRecord, stimulus_id: str, now: float,
+                      commands: list[Command]) -> None:
+        orphan = self._orphans.pop(task.spec.task_id, None)
+        if orphan is None or task.state not in (TaskState.PENDING, TaskState.HELD):
+            return
+        attempt_id, lm, node = orphan
+        self._remove_waiting(task)
+        if task.state is TaskState.HELD:
+            self._move(task, TaskState.PENDING, Reason.NO_CAPACITY, stimulus_id, now)
+        self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, stimulus_id, now)
+        self._move(task, TaskState.LAUNCHED, Reason.LAUNCHED, stimulus_id, now,
+                   f"adopted {attempt_id} on {lm}/{node}")
+        task.live, task.lm, task.node = attempt_id, lm, node
+        self._attempts[attempt_id] = task
+        self._set_pending(task.job, task.job.pending)
+        commands.append(Log("attempt_adopted", {"attempt": attempt_id, "task": task.spec.task_id,
+                                                "job": task.job.spec.job_id, "gm": self.gm,
+                                                "lm": lm, "node": node}))
+
+    # -- questions users ask ----------------------------------------------------------------------
+
+    def job_status(self, job_id: str) -> dict | None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        progress = job.progress
+        return {
+            "job": job_id, "user": job.spec.user, "state": str(job.state),
+            "reason": job.reason, "arrival": job.spec.arrival, "finished_at": job.finished_at,
+            "tasks_total": progress.num_tasks, "tasks_done": progress.done,
+            "estimated_task_duration": progress.estimated_task_duration,
+            "estimated_remaining_work": progress.estimated_remaining_work,
+            "tasks": [
+                {"task": t.spec.task_id, "state": str(t.state), "reason": str(t.reason),
+                 "attempt": t.live, "lm": t.lm, "node": t.node, "runtime": t.runtime,
+                 "pilot": t.index in progress.pilots}
+                for t in job.tasks
+            ],
+        }
+
+    def explain(self, task_id: str) -> dict:
+        """Why a task waits: how many nodes each filter leaves, across this GM's views."""
+        task = self._tasks.get(task_id)
+        if task is None:
+            raise KeyError(task_id)
+        spec = task.spec
+        nodes = up = constraint_ok = cpu_ok = fits = internal = 0
+        lacking: Counter[int] = Counter()
+        for view in self.views.values():
+            topology, state = view.topology, view.state
+            nodes += len(topology)
+            up += state.up.count()
+            for c in spec.constraints:
+                lacking[c] += len(topology) - topology.constraint_vectors[c].count()
+            mask = topology.mask_for(spec.constraints) & state.up
+            constraint_ok += mask.count()
+            g = topology.gm_index.get(self.gm)
+            for i in mask.search(1):
+                if state.free_cpu[i] >= spec.demand.cpu_m:
+                    cpu_ok += 1
+                    if state.free_mem[i] >= spec.demand.mem_mib:
+                        fits += 1
+                        internal += g is not None and topology.owner[i] == g
+        return {
+            "task": task_id, "state": str(task.state), "reason": str(task.reason),
+            "nodes": nodes, "nodes_up": up,
+            "nodes_lacking_constraint": {str(c): n for c, n in sorted(lacking.items())},
+            "nodes_satisfying_constraints": constraint_ok,
+            "with_enough_cpu": cpu_ok, "with_enough_cpu_and_memory": fits,
+            "of_which_internal": internal,
+        }
+
+    def pending_count(self) -> int:
+        return sum(len(self.jobs[job_id].pending) for _, job_id in self._order) + sum(
+            len(job.held) for job in self._held_jobs.values())
+
+    # -- invariants ----------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        in_order = {job_id for _, job_id in self._order}
+        for job_id, job in self.jobs.items():
+            if job.state in (JobState.DONE, JobState.FAILED):
+                continue
+            done = sum(t.state is TaskState.DONE for t in job.tasks)
+            if done != job.progress.done:
+                raise InvariantViolated(f"{self.gm}: job {job_id} counts {job.progress.done} "
+                                        f"done tasks, has {done}")
+            for task in job.pending:
+                if task.state is not TaskState.PENDING:
+                    raise InvariantViolated(f"{self.gm}: {task.spec.task_id} queued as "
+                                            f"pending in state {task.state}")
+            if bool(job.pending) != (job_id in in_order):
+                raise InvariantViolated(f"{self.gm}: job {job_id} queue membership is wrong")
+            for task in job.tasks:
+                placed = task.state in (TaskState.PLACING, TaskState.LAUNCHED, TaskState.RUNNING)
+                if placed and (task.live is None or self._attempts.get(task.live) is not task):
+                    raise InvariantViolated(f"{self.gm}: {task.spec.task_id} is {task.state} "
+                                            f"without a live attempt")
+        reserved = {rid for view in self.views.values() for rid in view.inflight}
+        if not reserved <= set(self._requests):
+            raise InvariantViolated(f"{self.gm}: reservations outlive their requests: "
+                                    f"{sorted(reserved - set(self._requests))}")

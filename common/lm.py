@@ -1,0 +1,453 @@
+"""The Local Master: the truth about one cluster, and the judge of every GM decision.
+
+The LM owns its nodes' free resources, the partition map (static node ownership plus the
+logical nodes that repartitions create) and the running attempts. GMs plan on stale views;
+the LM applies each launch, repartition or preemption item against the truth and refuses
+what no longer fits (Nomad's plan applier, STYLE). It never over-commits a node, never runs
+an attempt id twice, and answers every request with a fresh snapshot so the asking GM's view
+converges at once.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bitarray import frozenbitarray
+
+from common.cluster import ClusterState, ClusterTopology, LMSnapshot, RunningInfo
+from common.commands import (
+    Command,
+    Log,
+    PublishHeartbeat,
+    PublishTaskEvent,
+    ReplyToGM,
+    StartOnWorker,
+    StopOnWorker,
+)
+from common.errors import InvariantViolated
+from common.events import (
+    CancelRequested,
+    LaunchRequested,
+    PreemptRequested,
+    Tick,
+    WorkerHeartbeat,
+    WorkerTaskFailed,
+    WorkerTaskFinished,
+    WorkerTaskStarted,
+)
+from common.messages import LaunchResult, Placement, RequestKind, TaskEvent
+from common.reasons import Reason
+from common.story import TransitionLog
+
+
+@dataclass(slots=True)
+class RunningAttempt:
+    placement: Placement
+    node_index: int
+    logical: bool  # placed by repartition or preemption outside the GM's own partition
+    launched_at: float
+    started: bool = False
+
+
+class LocalMaster:
+    """One LM. Drive it with `handle(event, now)`; carry out the commands it returns.
+
+    `worker_timeout` is how long a worker may stay silent before its nodes are marked down
+    and their attempts reported lost (the testbed uses three heartbeat intervals). A
+    restarted LM is built with `recovering=True`: it refuses launches until every worker has
+    reported what it runs (or `worker_timeout` passes), so it cannot over-commit a node
+    whose running tasks it has not yet learnt.
+    """
+
+    def __init__(
+        self,
+        topology: ClusterTopology,
+        *,
+        now: float = 0.0,
+        epoch: int = 0,
+        heartbeat_interval: float = 1.0,
+        worker_timeout: float = 3.0,
+        recovering: bool = False,
+        story_len: int = 100_000,
+        ended_memory: int = 200_000,
+    ) -> None:
+        self.lm = topology.lm
+        self.topology = topology
+        self.state = ClusterState(topology)
+        self.epoch = epoch
+        self.seq = 0
+        self.heartbeat_interval = heartbeat_interval
+        self.worker_timeout = worker_timeout
+        self.next_heartbeat_at = now
+        self.running: dict[str, RunningAttempt] = {}
+        self._ended: OrderedDict[str, Reason] = OrderedDict()
+        self._ended_memory = ended_memory
+        self._worker_nodes: dict[str, list[int]] = {}
+        for i, worker in enumerate(topology.workers):
+            self._worker_nodes.setdefault(worker, []).append(i)
+        self._worker_seen: dict[str, float] = dict.fromkeys(self._worker_nodes, now)
+        self._unheard_workers: set[str] = set(self._worker_nodes) if recovering else set()
+        self._recovery_deadline = now + worker_timeout if recovering else None
+        self.log = TransitionLog(story_len)
+        self._snapshot_cache: LMSnapshot | None = None
+        self._handlers: dict[type, Callable[..., list[Command]]] = {
+            LaunchRequested: self._on_launch,
+            PreemptRequested: self._on_preempt,
+            CancelRequested: self._on_cancel,
+            WorkerTaskStarted: self._on_started,
+            WorkerTaskFinished: self._on_finished,
+            WorkerTaskFailed: self._on_failed,
+            WorkerHeartbeat: self._on_worker_heartbeat,
+            Tick: self._on_tick,
+        }
+
+    # -- the entry point ---------------------------------------------------------------------
+
+    def handle(self, event, now: float) -> list[Command]:
+        return self._handlers[type(event)](event, now)
+
+    @property
+    def recovering(self) -> bool:
+        return self._recovery_deadline is not None
+
+    def story(self, *keys: str) -> list[dict]:
+        return self.log.story(*keys)
+
+    # -- requests from GMs ---------------------------------------------------------------------
+
+    def _on_launch(self, event: LaunchRequested, now: float) -> list[Command]:
+        commands: list[Command] = []
+        results = tuple(
+            self._apply_item(event.stimulus_id, event.gm, event.kind, item, now, commands)
+            for item in event.placements
+        )
+        commands.append(ReplyToGM(event.gm, event.request_id, results, self.snapshot()))
+        return commands
+
+    def _apply_item(
+        self,
+        stimulus_id: str,
+        gm: str,
+        kind: RequestKind,
+        item: Placement,
+        now: float,
+        commands: list[Command],
+    ) -> LaunchResult:
+        i = self.topology.index.get(item.node_id, -1)
+        reason = self._verdict(gm, kind, item, i)
+        if reason is Reason.LAUNCHED:
+            self._start(stimulus_id, item, i, kind is RequestKind.REPARTITION, now, commands)
+        else:
+            commands.append(Log("launch_refused", self._fields(item, reason=str(reason))))
+        return LaunchResult(item.attempt_id, item.task.task_id, item.node_id, reason)
+
+    def _verdict(self, gm: str, kind: RequestKind, item: Placement, i: int) -> Reason:
+        """Check one item against the truth; the first failed check is the reason."""
+        known = self.running.get(item.attempt_id)
+        if known is not None:
+            same = known.placement.node_id == item.node_id and known.placement.gm == gm
+            return Reason.ALREADY_RUNNING if same else Reason.DUPLICATE
+        if item.attempt_id in self._ended:
+            return Reason.DUPLICATE
+        if self.recovering:
+            return Reason.LM_RECOVERING
+        if i < 0:
+            return Reason.UNKNOWN_NODE
+        if not self.state.up[i]:
+            return Reason.NODE_DOWN
+        owner = self.topology.gms[self.topology.owner[i]]
+        if kind is RequestKind.LAUNCH and owner != gm:
+            return Reason.NOT_OWNER
+        if kind is RequestKind.REPARTITION and owner == gm:
+            return Reason.OWNED_BY_REQUESTER
+        if not item.task.constraints <= self.topology.nodes[i].constraints:
+            return Reason.CONSTRAINT_MISMATCH
+        if not self.state.fits(i, item.task.demand.cpu_m, item.task.demand.mem_mib):
+            return Reason.STALE_VIEW
+        return Reason.LAUNCHED
+
+    def _start(
+        self,
+        stimulus_id: str,
+        item: Placement,
+        i: int,
+        logical: bool,
+        now: float,
+        commands: list[Command],
+    ) -> None:
+        demand = item.task.demand
+        self.state.take(i, demand.cpu_m, demand.mem_mib)
+        self.running[item.attempt_id] = RunningAttempt(item, i, logical, now)
+        self._snapshot_cache = None
+        self.log.record(now, stimulus_id, item.attempt_id, "new", "launched", item.node_id)
+        if logical:
+            owner = self.topology.gms[self.topology.owner[i]]
+            commands.append(
+                Log("repartition", self._fields(item, from_gm=owner, cpu_m=demand.cpu_m,
+                                                 mem_mib=demand.mem_mib))
+            )
+        commands.append(Log("task_launched", self._fields(item, logical=logical)))
+        commands.append(StartOnWorker(self.topology.workers[i], item))
+
+    def _on_preempt(self, event: PreemptRequested, now: float) -> list[Command]:
+        item = event.placement
+        i = self.topology.index.get(item.node_id, -1)
+        owner = self.topology.gms[self.topology.owner[i]] if i >= 0 else ""
+        kind = RequestKind.LAUNCH if owner == event.gm else RequestKind.REPARTITION
+        reason = self._preempt_verdict(event, kind, i)
+        commands: list[Command] = []
+        if reason is Reason.LAUNCHED:
+            for victim in event.victims:
+                self._end(event.stimulus_id, victim, Reason.PREEMPTED, now, commands,
+                          detail=f"for {item.attempt_id} of {event.gm}")
+            self._start(event.stimulus_id, item, i, kind is RequestKind.REPARTITION, now,
+                        commands)
+        else:
+            commands.append(Log("preemption_refused", self._fields(item, reason=str(reason))))
+        result = LaunchResult(item.attempt_id, item.task.task_id, item.node_id, reason)
+        commands.append(ReplyToGM(event.gm, event.request_id, (result,), self.snapshot()))
+        return commands
+
+    def _preempt_verdict(self, event: PreemptRequested, kind: RequestKind, i: int) -> Reason:
+        """Verify the victims against the truth, then the item as if they were gone."""
+        item = event.placement
+        freed_cpu = freed_mem = 0
+        for victim in event.victims:
+            attempt = self.running.get(victim)
+            if attempt is None or attempt.node_index != i:
+                return Reason.VICTIM_GONE
+            freed_cpu += attempt.placement.task.demand.cpu_m
+            freed_mem += attempt.placement.task.demand.mem_mib
+        reason = self._verdict(event.gm, kind, item, i)
+        if reason is not Reason.STALE_VIEW:
+            return reason
+        demand = item.task.demand
+        if (self.state.free_cpu[i] + freed_cpu >= demand.cpu_m
+                and self.state.free_mem[i] + freed_mem >= demand.mem_mib):
+            return Reason.LAUNCHED
+        return Reason.VICTIMS_INSUFFICIENT
+
+    def _on_cancel(self, event: CancelRequested, now: float) -> list[Command]:
+        attempt = self.running.get(event.attempt_id)
+        if attempt is None or attempt.placement.gm != event.gm:
+            return [Log("cancel_ignored", {"attempt": event.attempt_id, "gm": event.gm})]
+        commands: list[Command] = []
+        self._end(event.stimulus_id, event.attempt_id, Reason.CANCELLED, now, commands,
+                  publish=False)
+        return commands
+
+    # -- reports from worker agents --------------------------------------------------------------
+
+    def _on_started(self, event: WorkerTaskStarted, now: float) -> list[Command]:
+        attempt = self.running.get(event.attempt_id)
+        if attempt is None:
+            return [Log("worker_report_ignored", {"attempt": event.attempt_id, "kind": "started"})]
+        attempt.started = True
+        self._worker_seen[event.worker] = now
+        self.log.record(now, event.stimulus_id, event.attempt_id, "launched", "running")
+        return [
+            Log("task_running", self._fields(attempt.placement)),
+            PublishTaskEvent(attempt.placement.gm, self._task_event(attempt, Reason.STARTED)),
+        ]
+
+    def _on_finished(self, event: WorkerTaskFinished, now: float) -> list[Command]:
+        if event.attempt_id not in self.running:
+            return [Log("worker_report_ignored", {"attempt": event.attempt_id, "kind": "finished"})]
+        commands: list[Command] = []
+        self._end(event.stimulus_id, event.attempt_id, Reason.FINISHED, now, commands,
+                  runtime=event.runtime)
+        return commands
+
+    def _on_failed(self, event: WorkerTaskFailed, now: float) -> list[Command]:
+        if event.attempt_id not in self.running:
+            return [Log("worker_report_ignored", {"attempt": event.attempt_id, "kind": "failed"})]
+        commands: list[Command] = []
+        self._end(event.stimulus_id, event.attempt_id, Reason.FAILED, now, commands,
+                  detail=event.detail)
+        return commands
+
+    def _end(
+        self,
+        stimulus_id: str,
+        attempt_id: str,
+        why: Reason,
+        now: float,
+        commands: list[Command],
+        *,
+        runtime: float | None = None,
+        detail: str = "",
+        publish: bool = True,
+    ) -> None:
+        """Free an attempt's resources (a logical node goes back to its node's owner)."""
+        attempt = self.running.pop(attempt_id)
+        demand = attempt.placement.task.demand
+        self.state.give(attempt.node_index, demand.cpu_m, demand.mem_mib)
+        self._snapshot_cache = None
+        self._remember_ended(attempt_id, why)
+        self.log.record(now, stimulus_id, attempt_id, "running", str(why), detail)
+        worker = self.topology.workers[attempt.node_index]
+        if why in (Reason.PREEMPTED, Reason.CANCELLED):
+            commands.append(StopOnWorker(worker, attempt_id, why))
+        commands.append(Log(f"task_{why}", self._fields(attempt.placement, runtime=runtime,
+                                                         detail=detail)))
+        if publish:
+            event = self._task_event(attempt, why, runtime=runtime, detail=detail)
+            commands.append(PublishTaskEvent(attempt.placement.gm, event))
+
+    def _remember_ended(self, attempt_id: str, why: Reason) -> None:
+        self._ended[attempt_id] = why
+        if len(self._ended) > self._ended_memory:
+            self._ended.popitem(last=False)
+
+    def _on_worker_heartbeat(self, event: WorkerHeartbeat, now: float) -> list[Command]:
+        worker = event.worker
+        nodes = self._worker_nodes.get(worker)
+        if nodes is None:
+            return [Log("unknown_worker", {"worker": worker})]
+        commands: list[Command] = []
+        self._worker_seen[worker] = now
+        for i in nodes:
+            if not self.state.up[i]:
+                self.state.set_up(i, True)
+                self._snapshot_cache = None
+                commands.append(Log("node_up", {"node": self.topology.node_ids[i]}))
+        reported = set()
+        for item in event.running:
+            reported.add(item.attempt_id)
+            if item.attempt_id not in self.running:
+                self._adopt_or_stop(event.stimulus_id, worker, item, now, commands)
+        # A launch dispatched just before this heartbeat was sent may not be in it yet;
+        # only an attempt missing for a whole timeout was really dropped by its worker.
+        for attempt_id, attempt in list(self.running.items()):
+            if (attempt_id not in reported and attempt.node_index in nodes
+                    and now - attempt.launched_at > self.worker_timeout):
+                self._end(event.stimulus_id, attempt_id, Reason.LOST, now, commands,
+                          detail=f"{worker} no longer runs it")
+        self._unheard_workers.discard(worker)
+        self._maybe_end_recovery(now, commands)
+        return commands
+
+    def _adopt_or_stop(
+        self, stimulus_id: str, worker: str, item: Placement, now: float,
+        commands: list[Command],
+    ) -> None:
+        """A restarted LM learns running attempts from workers; a dead one is stopped."""
+        i = self.topology.index.get(item.node_id, -1)
+        demand = item.task.demand
+        adoptable = (
+            item.attempt_id not in self._ended
+            and i >= 0
+            and self.topology.workers[i] == worker
+            and self.state.fits(i, demand.cpu_m, demand.mem_mib)
+        )
+        if not adoptable:
+            commands.append(StopOnWorker(worker, item.attempt_id, Reason.CANCELLED))
+            commands.append(Log("attempt_stopped_on_worker", self._fields(item)))
+            return
+        owner = self.topology.gms[self.topology.owner[i]]
+        self.state.take(i, demand.cpu_m, demand.mem_mib)
+        self.running[item.attempt_id] = RunningAttempt(item, i, owner != item.gm, now, True)
+        self._snapshot_cache = None
+        self.log.record(now, stimulus_id, item.attempt_id, "unknown", "adopted", worker)
+        commands.append(Log("attempt_adopted", self._fields(item)))
+
+    def _maybe_end_recovery(self, now: float, commands: list[Command]) -> None:
+        if self._recovery_deadline is None:
+            return
+        if not self._unheard_workers or now >= self._recovery_deadline:
+            self._recovery_deadline = None
+            unheard = sorted(self._unheard_workers)
+            commands.append(
+                Log("recovery_done", {"adopted": len(self.running), "unheard_workers": unheard})
+            )
+
+    # -- time ----------------------------------------------------------------------------------
+
+    def _on_tick(self, event: Tick, now: float) -> list[Command]:
+        commands: list[Command] = []
+        for worker, seen in self._worker_seen.items():
+            if now - seen > self.worker_timeout:
+                self._mark_worker_down(event.stimulus_id, worker, now, commands)
+        self._maybe_end_recovery(now, commands)
+        if now >= self.next_heartbeat_at:
+            self.next_heartbeat_at = now + self.heartbeat_interval
+            commands.append(PublishHeartbeat(self.snapshot()))
+        return commands
+
+    def _mark_worker_down(
+        self, stimulus_id: str, worker: str, now: float, commands: list[Command]
+    ) -> None:
+        nodes = self._worker_nodes[worker]
+        if not any(self.state.up[i] for i in nodes):
+            return
+        down = set(nodes)
+        for attempt_id, attempt in list(self.running.items()):
+            if attempt.node_index in down:
+                self._end(stimulus_id, attempt_id, Reason.LOST, now, commands,
+                          detail=f"{worker} missed its heartbeats")
+        for i in nodes:
+            self.state.set_up(i, False)
+            commands.append(Log("node_down", {"node": self.topology.node_ids[i],
+                                              "worker": worker}))
+        self._snapshot_cache = None
+
+    # -- state out -------------------------------------------------------------------------------
+
+    def snapshot(self) -> LMSnapshot:
+        """The full partition state; cached until something changes, so idle is cheap."""
+        if self._snapshot_cache is None:
+            self.seq += 1
+            self._snapshot_cache = LMSnapshot(
+                lm=self.lm,
+                epoch=self.epoch,
+                seq=self.seq,
+                topology=self.topology,
+                free_cpu=tuple(self.state.free_cpu),
+                free_mem=tuple(self.state.free_mem),
+                up=frozenbitarray(self.state.up),
+                running=tuple(
+                    RunningInfo(attempt_id, a.node_index, a.placement.gm, a.placement.user,
+                                a.placement.task.demand.cpu_m, a.placement.task.demand.mem_mib,
+                                a.logical)
+                    for attempt_id, a in self.running.items()
+                ),
+            )
+        return self._snapshot_cache
+
+    def validate(self) -> None:
+        """DESIGN section 4: no node over-committed; free = capacity - what runs there."""
+        used_cpu = [0] * len(self.topology)
+        used_mem = [0] * len(self.topology)
+        for attempt_id, attempt in self.running.items():
+            if attempt_id in self._ended:
+                raise InvariantViolated(f"{self.lm}: {attempt_id} both running and ended")
+            used_cpu[attempt.node_index] += attempt.placement.task.demand.cpu_m
+            used_mem[attempt.node_index] += attempt.placement.task.demand.mem_mib
+        for i, node_id in enumerate(self.topology.node_ids):
+            cap_cpu, cap_mem = self.topology.cap_cpu[i], self.topology.cap_mem[i]
+            if used_cpu[i] > cap_cpu or used_mem[i] > cap_mem:
+                raise InvariantViolated(f"{self.lm}: node {node_id} over-committed")
+            if (self.state.free_cpu[i] != cap_cpu - used_cpu[i]
+                    or self.state.free_mem[i] != cap_mem - used_mem[i]):
+                raise InvariantViolated(f"{self.lm}: node {node_id} free resources drifted")
+            if not self.state.up[i] and used_cpu[i]:
+                raise InvariantViolated(f"{self.lm}: node {node_id} is down but runs tasks")
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _task_event(
+        self, attempt: RunningAttempt, kind: Reason, *, runtime: float | None = None,
+        detail: str = "",
+    ) -> TaskEvent:
+        item = attempt.placement
+        return TaskEvent(kind, item.attempt_id, item.task.task_id, item.task.job_id, item.gm,
+                         self.lm, item.node_id, runtime, detail)
+
+    def _fields(self, item: Placement, **extra) -> dict:
+        fields = {"attempt": item.attempt_id, "task": item.task.task_id,
+                  "job": item.task.job_id, "gm": item.gm, "user": item.user, "lm": self.lm,
+                  "node": item.node_id}
+        fields.update((key, value) for key, value in extra.items() if value not in (None, ""))
+        return fields

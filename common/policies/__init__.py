@@ -1,0 +1,1 @@
+"""Scheduling policies as strategy classes, registered and selected by name."""

@@ -1,0 +1,107 @@
+"""Fair sharing across user queues (Megha's Algorithm 2), registered by name.
+
+Consulted only when a task finds no room anywhere. If the task's queue uses less than its
+share, victims are taken from the queue furthest above its share (largest violation first);
+otherwise the task waits. Usage is a queue's dominant share of the federation: the larger of
+its fractions of all cpu and of all memory (so a memory-heavy queue cannot hide behind a
+small cpu footprint).
+
+The GM proposes victims from its possibly stale view; the LM verifies them against the truth
+before anything is stopped (`LocalMaster._preempt_verdict`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from common.cluster import RunningInfo
+from common.errors import InvalidInput
+
+
+@dataclass(frozen=True, slots=True)
+class UserQueue:
+    name: str
+    share: float  # the queue's entitled fraction of the federation
+    gm: str  # the GM that serves it
+
+
+def validate_queues(queues: Sequence[UserQueue]) -> None:
+    names = [queue.name for queue in queues]
+    for i, queue in enumerate(queues):
+        if not queue.name:
+            raise InvalidInput(f"queues[{i}].name", "must be non-empty")
+        if names.count(queue.name) > 1:
+            raise InvalidInput(f"queues[{i}].name", f"duplicate queue {queue.name!r}")
+        if not 0 < queue.share <= 1:
+            raise InvalidInput(f"queues[{i}].share", f"must be in (0, 1], got {queue.share}")
+    total = sum(queue.share for queue in queues)
+    if total > 1 + 1e-9:
+        raise InvalidInput("queues", f"shares add up to {total:.3f}, more than 1")
+
+
+def dominant_usage(
+    running: Iterable[RunningInfo], total_cpu: int, total_mem: int
+) -> dict[str, float]:
+    cpu: dict[str, int] = {}
+    mem: dict[str, int] = {}
+    for info in running:
+        cpu[info.user] = cpu.get(info.user, 0) + info.cpu_m
+        mem[info.user] = mem.get(info.user, 0) + info.mem_mib
+    return {user: max(cpu[user] / total_cpu, mem[user] / total_mem) for user in cpu}
+
+
+class NoPreemption:
+    name = "none"
+
+    def victim_queues(self, user: str, usage: Mapping[str, float]) -> list[str]:
+        return []
+
+
+class FairShare:
+    """Algorithm 2: a queue below its share may preempt queues above theirs."""
+
+    name = "fair_share"
+
+    def __init__(self, queues: Sequence[UserQueue]) -> None:
+        validate_queues(queues)
+        self.shares = {queue.name: queue.share for queue in queues}
+
+    def victim_queues(self, user: str, usage: Mapping[str, float]) -> list[str]:
+        """Queues to take from, largest violation first; empty if `user` is not below share."""
+        share = self.shares.get(user)
+        if share is None or usage.get(user, 0.0) >= share:
+            return []
+        over = [
+            (usage.get(other, 0.0) - other_share, other)
+            for other, other_share in self.shares.items()
+            if other != user and usage.get(other, 0.0) > other_share
+        ]
+        return [other for _, other in sorted(over, reverse=True)]
+
+
+def choose_victims(
+    candidates: Sequence[RunningInfo], free_cpu: int, free_mem: int, cpu_m: int, mem_mib: int
+) -> tuple[str, ...] | None:
+    """Fewest victims on one node that make room: largest first. None if even all cannot."""
+    need_cpu, need_mem = cpu_m - free_cpu, mem_mib - free_mem
+    chosen: list[str] = []
+    for info in sorted(candidates, key=lambda r: (r.cpu_m, r.mem_mib), reverse=True):
+        if need_cpu <= 0 and need_mem <= 0:
+            break
+        chosen.append(info.attempt_id)
+        need_cpu -= info.cpu_m
+        need_mem -= info.mem_mib
+    return tuple(chosen) if need_cpu <= 0 and need_mem <= 0 else None
+
+
+FAIRNESS_POLICIES: dict[str, type] = {"none": NoPreemption, "fair_share": FairShare}
+
+
+def make_fairness_policy(name: str, queues: Sequence[UserQueue]):
+    if name == "none":
+        return NoPreemption()
+    if name == "fair_share":
+        return FairShare(queues)
+    known = ", ".join(sorted(FAIRNESS_POLICIES))
+    raise InvalidInput("fairness", f"unknown policy {name!r} (known: {known})")

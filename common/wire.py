@@ -1,0 +1,669 @@
+"""Wire schemas: the pydantic models of every message that crosses a process boundary.
+
+HTTP bodies (client -> GM, GM -> LM, LM -> worker) and RabbitMQ payloads (heartbeats, task
+events) are validated here, at the edge, and converted to and from the core's frozen
+dataclasses by the small functions below (STYLE guideline 8). The core never sees a pydantic
+model, and nothing here does I/O.
+
+Conventions:
+
+- Every model forbids unknown fields, so a misspelt field is an error that names it.
+- Integers (resources, constraint ids, indices) are strict: `"100"` or `true` is not a cpu.
+- A model is suffixed `Wire` exactly where the core has a record of the same name
+  (`PlacementWire` vs `common.messages.Placement`); the others keep the protocol's name.
+- Floats that may legitimately be infinite (a placement's priority) travel as the JSON
+  string `"Infinity"`, which stays valid JSON and parses back.
+- A snapshot's `up` vector is the hex of the big-endian bitarray, zero-padded to a multiple of
+  four bits: one character per four nodes (12,500 characters for 50,000 nodes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Annotated, Literal
+
+from bitarray import bitarray, frozenbitarray
+from bitarray.util import ba2hex, hex2ba
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from common.cluster import ClusterTopology, LMSnapshot, RunningInfo
+from common.commands import ReplyToGM, ReportToLM, SendLaunch, SendPreempt
+from common.errors import InvalidInput
+from common.events import (
+    HeartbeatReceived,
+    LaunchRequested,
+    LMReplied,
+    PreemptRequested,
+    WorkerHeartbeat,
+    WorkerTaskFailed,
+    WorkerTaskFinished,
+    WorkerTaskStarted,
+)
+from common.messages import LaunchResult, Placement, RequestKind, TaskEvent
+from common.models import DEFAULT_NUM_CONSTRAINTS, JobSpec, NodeSpec, TaskSpec, validate_job
+from common.reasons import Reason
+from common.resources import Resources
+
+# --- field types ---------------------------------------------------------------------------------
+
+PositiveInt = Annotated[int, Field(strict=True, gt=0)]
+NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
+ConstraintId = Annotated[int, Field(strict=True, ge=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Name = Annotated[str, Field(min_length=1)]
+# A job id may not contain '/': core task ids are `job_id/local_id`, and the split must be
+# unambiguous (job `a` task `b/c` and job `a/b` task `c` would otherwise collide).
+JobId = Annotated[str, Field(min_length=1, pattern=r"^[^/]+$")]
+
+TASK_ID_SEPARATOR = "/"
+
+
+class WireModel(BaseModel):
+    """Base of every wire model: unknown fields are errors; infinities survive JSON."""
+
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+
+# --- job submission: client -> GM, `POST /v1/jobs` -----------------------------------------------
+
+
+class TaskSubmission(WireModel):
+    task_id: Name | None = None  # local to the job; defaults to the task's index
+    cpu_m: PositiveInt
+    mem_mib: PositiveInt
+    constraints: list[ConstraintId] = Field(default_factory=list)
+    duration: NonNegativeFloat | None = None
+
+
+class JobSubmission(WireModel):
+    job_id: JobId | None = None  # client-chosen for idempotent retries; else the GM picks one
+    user: Name
+    weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    estimated_task_duration: NonNegativeFloat | None = None
+    tasks: list[TaskSubmission] = Field(min_length=1)
+
+    @field_validator("tasks")
+    @classmethod
+    def _unique_task_ids(cls, tasks: list[TaskSubmission]) -> list[TaskSubmission]:
+        # Checked after defaulting, so an explicit "1" clashing with the second task's
+        # default id is caught too.
+        seen: set[str] = set()
+        for index, local_id in enumerate(local_task_ids(tasks)):
+            if local_id in seen:
+                raise ValueError(f"tasks[{index}].task_id: duplicate task id {local_id!r}")
+            seen.add(local_id)
+        return tasks
+
+
+def local_task_ids(tasks: Sequence[TaskSubmission]) -> list[str]:
+    return [str(i) if task.task_id is None else task.task_id for i, task in enumerate(tasks)]
+
+
+def job_from_wire(
+    sub: JobSubmission,
+    job_id: str,
+    arrival: float,
+    num_constraints: int = DEFAULT_NUM_CONSTRAINTS,
+) -> JobSpec:
+    """The core job of a submission; `job_id` is used when the client chose none.
+
+    Core task ids are `job_id/local_id`, unique across the federation. Raises `InvalidInput`
+    naming the field (`tasks[3].constraints`) for what only the core can judge.
+    """
+    effective_id = sub.job_id if sub.job_id is not None else job_id
+    if TASK_ID_SEPARATOR in effective_id:
+        raise InvalidInput("job_id", f"may not contain {TASK_ID_SEPARATOR!r}: {effective_id!r}")
+    tasks = tuple(
+        TaskSpec(
+            task_id=f"{effective_id}{TASK_ID_SEPARATOR}{local_id}",
+            job_id=effective_id,
+            demand=Resources(task.cpu_m, task.mem_mib),
+            constraints=frozenset(task.constraints),
+            duration=task.duration,
+        )
+        for local_id, task in zip(local_task_ids(sub.tasks), sub.tasks, strict=True)
+    )
+    job = JobSpec(
+        job_id=effective_id,
+        user=sub.user,
+        tasks=tasks,
+        arrival=arrival,
+        weight=sub.weight,
+        estimated_task_duration=sub.estimated_task_duration,
+    )
+    validate_job(job, num_constraints)
+    return job
+
+
+def job_to_wire(job: JobSpec) -> JobSubmission:
+    """The submission that `job_from_wire` turns back into `job` (arrival aside)."""
+    prefix = f"{job.job_id}{TASK_ID_SEPARATOR}"
+    tasks = []
+    for index, task in enumerate(job.tasks):
+        if not task.task_id.startswith(prefix):
+            # Without the prefix the round trip would silently rename the task.
+            raise InvalidInput(f"tasks[{index}].task_id", f"{task.task_id!r} lacks {prefix!r}")
+        tasks.append(
+            TaskSubmission(
+                task_id=task.task_id.removeprefix(prefix),
+                cpu_m=task.demand.cpu_m,
+                mem_mib=task.demand.mem_mib,
+                constraints=sorted(task.constraints),
+                duration=task.duration,
+            )
+        )
+    return JobSubmission(
+        job_id=job.job_id,
+        user=job.user,
+        weight=job.weight,
+        estimated_task_duration=job.estimated_task_duration,
+        tasks=tasks,
+    )
+
+
+# --- placements: GM -> LM launch items, LM -> worker ---------------------------------------------
+
+
+class TaskWire(WireModel):
+    task_id: Name
+    job_id: Name
+    cpu_m: PositiveInt
+    mem_mib: PositiveInt
+    constraints: list[ConstraintId] = Field(default_factory=list)
+    duration: NonNegativeFloat | None = None
+
+
+class PlacementWire(WireModel):
+    attempt_id: Name
+    task: TaskWire
+    node_id: Name
+    gm: Name
+    user: Name
+    priority: float = 0.0  # may be infinite (unknown remaining work): travels as "Infinity"
+    pilot: bool = False
+
+
+def task_to_wire(task: TaskSpec) -> TaskWire:
+    return TaskWire(
+        task_id=task.task_id,
+        job_id=task.job_id,
+        cpu_m=task.demand.cpu_m,
+        mem_mib=task.demand.mem_mib,
+        constraints=sorted(task.constraints),
+        duration=task.duration,
+    )
+
+
+def task_from_wire(wire: TaskWire) -> TaskSpec:
+    return TaskSpec(
+        task_id=wire.task_id,
+        job_id=wire.job_id,
+        demand=Resources(wire.cpu_m, wire.mem_mib),
+        constraints=frozenset(wire.constraints),
+        duration=wire.duration,
+    )
+
+
+def placement_to_wire(placement: Placement) -> PlacementWire:
+    return PlacementWire(
+        attempt_id=placement.attempt_id,
+        task=task_to_wire(placement.task),
+        node_id=placement.node_id,
+        gm=placement.gm,
+        user=placement.user,
+        priority=placement.priority,
+        pilot=placement.pilot,
+    )
+
+
+def placement_from_wire(wire: PlacementWire) -> Placement:
+    return Placement(
+        attempt_id=wire.attempt_id,
+        task=task_from_wire(wire.task),
+        node_id=wire.node_id,
+        gm=wire.gm,
+        user=wire.user,
+        priority=wire.priority,
+        pilot=wire.pilot,
+    )
+
+
+# --- requests: GM -> LM --------------------------------------------------------------------------
+
+
+class LaunchRequest(WireModel):
+    gm: Name
+    request_id: Name
+    kind: Literal["launch", "repartition"]
+    placements: list[PlacementWire] = Field(min_length=1)
+
+
+class PreemptRequest(WireModel):
+    gm: Name
+    request_id: Name
+    placement: PlacementWire
+    victims: list[Name] = Field(min_length=1)  # attempt ids running on the placement's node
+
+
+def launch_request_to_wire(send: SendLaunch, gm: str) -> LaunchRequest:
+    return LaunchRequest(
+        gm=gm,
+        request_id=send.request_id,
+        kind=send.kind.value,
+        placements=[placement_to_wire(p) for p in send.placements],
+    )
+
+
+def launch_requested_from_wire(wire: LaunchRequest, stimulus_id: str) -> LaunchRequested:
+    return LaunchRequested(
+        stimulus_id=stimulus_id,
+        gm=wire.gm,
+        request_id=wire.request_id,
+        kind=RequestKind(wire.kind),
+        placements=tuple(placement_from_wire(p) for p in wire.placements),
+    )
+
+
+def preempt_request_to_wire(send: SendPreempt, gm: str) -> PreemptRequest:
+    return PreemptRequest(
+        gm=gm,
+        request_id=send.request_id,
+        placement=placement_to_wire(send.placement),
+        victims=list(send.victims),
+    )
+
+
+def preempt_requested_from_wire(wire: PreemptRequest, stimulus_id: str) -> PreemptRequested:
+    return PreemptRequested(
+        stimulus_id=stimulus_id,
+        gm=wire.gm,
+        request_id=wire.request_id,
+        placement=placement_from_wire(wire.placement),
+        victims=tuple(wire.victims),
+    )
+
+
+# --- LM snapshots: heartbeats on the fanout exchange, and piggy-backed on replies ----------------
+
+
+class NodeWire(WireModel):
+    """The static part of a node; its LM is the snapshot's."""
+
+    node_id: Name
+    worker: Name
+    cpu_m: PositiveInt
+    mem_mib: PositiveInt
+    constraints: list[ConstraintId] = Field(default_factory=list)
+
+
+class RunningWire(WireModel):
+    attempt_id: Name
+    node_index: NonNegativeInt
+    gm: Name
+    user: Name
+    cpu_m: PositiveInt
+    mem_mib: PositiveInt
+    logical: bool = False
+
+
+def _node_count(info: ValidationInfo) -> int | None:
+    """Nodes validated so far; None when `nodes` itself was invalid (already reported)."""
+    nodes = info.data.get("nodes")
+    return None if nodes is None else len(nodes)
+
+
+class LMSnapshotWire(WireModel):
+    lm: Name
+    epoch: NonNegativeInt
+    seq: NonNegativeInt
+    gms: list[Name] = Field(min_length=1)
+    num_constraints: PositiveInt = DEFAULT_NUM_CONSTRAINTS
+    nodes: list[NodeWire] = Field(min_length=1)
+    # Checked against `nodes` by the field validators below rather than one model validator,
+    # so the error's `loc` names the offending field. Fields validate in declaration order,
+    # which is why `nodes` comes first.
+    free_cpu: list[Annotated[int, Field(strict=True)]]
+    free_mem: list[Annotated[int, Field(strict=True)]]
+    up: Annotated[str, Field(pattern=r"^[0-9a-f]*$")]  # hex, see the module docstring
+    running: list[RunningWire] = Field(default_factory=list)
+
+    @field_validator("free_cpu", "free_mem")
+    @classmethod
+    def _one_per_node(cls, values: list[int], info: ValidationInfo) -> list[int]:
+        count = _node_count(info)
+        if count is not None and len(values) != count:
+            raise ValueError(f"has {len(values)} entries for {count} nodes")
+        return values
+
+    @field_validator("up")
+    @classmethod
+    def _hex_digit_per_four_nodes(cls, up: str, info: ValidationInfo) -> str:
+        count = _node_count(info)
+        if count is not None and len(up) != math.ceil(count / 4):
+            raise ValueError(
+                f"has {len(up)} hex digits for {count} nodes (expected {math.ceil(count / 4)})"
+            )
+        return up
+
+    @field_validator("running")
+    @classmethod
+    def _on_known_nodes(cls, running: list[RunningWire], info: ValidationInfo) -> list[RunningWire]:
+        count = _node_count(info)
+        if count is not None:
+            for index, item in enumerate(running):
+                if item.node_index >= count:
+                    raise ValueError(
+                        f"running[{index}].node_index {item.node_index} is not below {count}"
+                    )
+        return running
+
+
+def up_to_hex(up: bitarray) -> str:
+    bits = bitarray(up, endian="big")
+    bits.extend([0] * (-len(bits) % 4))
+    return ba2hex(bits)
+
+
+def up_from_hex(text: str, size: int) -> frozenbitarray:
+    return frozenbitarray(hex2ba(text, endian="big")[:size])
+
+
+def _static_key(wire: LMSnapshotWire) -> tuple:
+    """Everything a `ClusterTopology` is built from, as a comparable value.
+
+    Constraint lists are taken in the order sent (senders sort them): a reordering costs a
+    needless rebuild, never a wrong topology, and sorting 50,000 lists per heartbeat would not.
+    """
+    nodes = tuple(
+        (n.node_id, n.worker, n.cpu_m, n.mem_mib, tuple(n.constraints)) for n in wire.nodes
+    )
+    return (tuple(wire.gms), wire.num_constraints, nodes)
+
+
+class TopologyCache:
+    """Rebuilds an LM's `ClusterTopology` only when the static part of its snapshots changes.
+
+    A GM receives one heartbeat per LM per second; building the constraint vectors each time
+    would cost more than applying the heartbeat. One entry per LM: a changed static part
+    (an LM restarted with other nodes) replaces it. The comparison is exact, not by hash,
+    so a collision can never hand a GM another cluster's vectors.
+    """
+
+    def __init__(self) -> None:
+        self._by_lm: dict[str, tuple[tuple, ClusterTopology]] = {}
+        self.builds = 0  # how many topologies were built: tests and metrics read it
+
+    def topology_for(self, wire: LMSnapshotWire) -> ClusterTopology:
+        key = _static_key(wire)
+        cached = self._by_lm.get(wire.lm)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        nodes = [
+            NodeSpec(
+                node_id=n.node_id,
+                lm=wire.lm,
+                worker=n.worker,
+                capacity=Resources(n.cpu_m, n.mem_mib),
+                constraints=frozenset(n.constraints),
+            )
+            for n in wire.nodes
+        ]
+        topology = ClusterTopology(wire.lm, nodes, wire.gms, wire.num_constraints)
+        self._by_lm[wire.lm] = (key, topology)
+        self.builds += 1
+        return topology
+
+    def forget(self, lm: str) -> None:
+        self._by_lm.pop(lm, None)
+
+
+def snapshot_to_wire(snapshot: LMSnapshot) -> LMSnapshotWire:
+    topology = snapshot.topology
+    return LMSnapshotWire(
+        lm=snapshot.lm,
+        epoch=snapshot.epoch,
+        seq=snapshot.seq,
+        gms=list(topology.gms),
+        num_constraints=topology.num_constraints,
+        nodes=[
+            NodeWire(
+                node_id=node.node_id,
+                worker=node.worker,
+                cpu_m=node.capacity.cpu_m,
+                mem_mib=node.capacity.mem_mib,
+                constraints=sorted(node.constraints),
+            )
+            for node in topology.nodes
+        ],
+        free_cpu=list(snapshot.free_cpu),
+        free_mem=list(snapshot.free_mem),
+        up=up_to_hex(snapshot.up),
+        running=[
+            RunningWire(
+                attempt_id=r.attempt_id,
+                node_index=r.node_index,
+                gm=r.gm,
+                user=r.user,
+                cpu_m=r.cpu_m,
+                mem_mib=r.mem_mib,
+                logical=r.logical,
+            )
+            for r in snapshot.running
+        ],
+    )
+
+
+def snapshot_from_wire(wire: LMSnapshotWire, cache: TopologyCache) -> LMSnapshot:
+    """Raises `InvalidInput` if the nodes are unfit for a topology (duplicate ids, ...)."""
+    return LMSnapshot(
+        lm=wire.lm,
+        epoch=wire.epoch,
+        seq=wire.seq,
+        topology=cache.topology_for(wire),
+        free_cpu=tuple(wire.free_cpu),
+        free_mem=tuple(wire.free_mem),
+        up=up_from_hex(wire.up, len(wire.nodes)),
+        running=tuple(
+            RunningInfo(
+                attempt_id=r.attempt_id,
+                node_index=r.node_index,
+                gm=r.gm,
+                user=r.user,
+                cpu_m=r.cpu_m,
+                mem_mib=r.mem_mib,
+                logical=r.logical,
+            )
+            for r in wire.running
+        ),
+    )
+
+
+def heartbeat_from_wire(
+    wire: LMSnapshotWire, stimulus_id: str, cache: TopologyCache
+) -> HeartbeatReceived:
+    return HeartbeatReceived(stimulus_id=stimulus_id, snapshot=snapshot_from_wire(wire, cache))
+
+
+# --- replies: LM -> GM ---------------------------------------------------------------------------
+
+
+class LaunchResultWire(WireModel):
+    attempt_id: Name
+    task_id: Name
+    node_id: Name
+    reason: Reason  # travels as the enum's string value
+
+
+class LMReply(WireModel):
+    lm: Name
+    request_id: Name
+    results: list[LaunchResultWire]
+    snapshot: LMSnapshotWire
+
+
+def launch_result_to_wire(result: LaunchResult) -> LaunchResultWire:
+    return LaunchResultWire(
+        attempt_id=result.attempt_id,
+        task_id=result.task_id,
+        node_id=result.node_id,
+        reason=result.reason,
+    )
+
+
+def launch_result_from_wire(wire: LaunchResultWire) -> LaunchResult:
+    return LaunchResult(
+        attempt_id=wire.attempt_id,
+        task_id=wire.task_id,
+        node_id=wire.node_id,
+        reason=Reason(wire.reason),
+    )
+
+
+def reply_to_wire(reply: ReplyToGM, lm: str) -> LMReply:
+    return LMReply(
+        lm=lm,
+        request_id=reply.request_id,
+        results=[launch_result_to_wire(r) for r in reply.results],
+        snapshot=snapshot_to_wire(reply.snapshot),
+    )
+
+
+def lm_replied_from_wire(wire: LMReply, stimulus_id: str, topologies: TopologyCache) -> LMReplied:
+    return LMReplied(
+        stimulus_id=stimulus_id,
+        lm=wire.lm,
+        request_id=wire.request_id,
+        results=tuple(launch_result_from_wire(r) for r in wire.results),
+        snapshot=snapshot_from_wire(wire.snapshot, topologies),
+    )
+
+
+# --- task events: LM -> owning GM over RabbitMQ --------------------------------------------------
+
+
+class TaskEventWire(WireModel):
+    kind: Reason
+    attempt_id: Name
+    task_id: Name
+    job_id: Name
+    gm: Name
+    lm: Name
+    node_id: Name
+    runtime: NonNegativeFloat | None = None
+    detail: str = ""
+
+
+def task_event_to_wire(event: TaskEvent) -> TaskEventWire:
+    return TaskEventWire(
+        kind=event.kind,
+        attempt_id=event.attempt_id,
+        task_id=event.task_id,
+        job_id=event.job_id,
+        gm=event.gm,
+        lm=event.lm,
+        node_id=event.node_id,
+        runtime=event.runtime,
+        detail=event.detail,
+    )
+
+
+def task_event_from_wire(wire: TaskEventWire) -> TaskEvent:
+    return TaskEvent(
+        kind=Reason(wire.kind),
+        attempt_id=wire.attempt_id,
+        task_id=wire.task_id,
+        job_id=wire.job_id,
+        gm=wire.gm,
+        lm=wire.lm,
+        node_id=wire.node_id,
+        runtime=wire.runtime,
+        detail=wire.detail,
+    )
+
+
+# --- worker agent -> LM --------------------------------------------------------------------------
+
+
+WorkerReportKind = Literal["started", "finished", "failed", "cancelled"]
+
+
+class WorkerReport(WireModel):
+    worker: Name
+    kind: WorkerReportKind
+    attempt_id: Name
+    # validate_default: the check below must also run when a "finished" report omits it.
+    runtime: NonNegativeFloat | None = Field(default=None, validate_default=True)
+    detail: str = ""
+
+    @field_validator("runtime")
+    @classmethod
+    def _finished_has_runtime(cls, runtime: float | None, info: ValidationInfo) -> float | None:
+        if runtime is None and info.data.get("kind") == "finished":
+            raise ValueError("a finished report needs the measured runtime")
+        return runtime
+
+
+class WorkerHeartbeatWire(WireModel):
+    worker: Name
+    running: list[PlacementWire] = Field(default_factory=list)
+
+
+def report_to_wire(report: ReportToLM, worker: str) -> WorkerReport:
+    return WorkerReport(
+        worker=worker,
+        kind=Reason(report.kind).value,
+        attempt_id=report.attempt_id,
+        runtime=report.runtime,
+        detail=report.detail,
+    )
+
+
+def worker_report_to_event(
+    wire: WorkerReport, stimulus_id: str
+) -> WorkerTaskStarted | WorkerTaskFinished | WorkerTaskFailed:
+    attempt = wire.attempt_id
+    if wire.kind == "started":
+        return WorkerTaskStarted(stimulus_id=stimulus_id, worker=wire.worker, attempt_id=attempt)
+    if wire.kind == "finished":
+        assert wire.runtime is not None  # the model's validator guarantees it
+        return WorkerTaskFinished(
+            stimulus_id=stimulus_id, worker=wire.worker, attempt_id=attempt, runtime=wire.runtime
+        )
+    if wire.kind == "cancelled":
+        # The core has no separate "worker cancelled" event: for the LM a cancelled attempt
+        # is one that ended without finishing, which is what `WorkerTaskFailed` means. The
+        # prefix keeps the cause readable in the story and the event log.
+        detail = f"cancelled: {wire.detail}" if wire.detail else "cancelled"
+    else:
+        detail = wire.detail
+    return WorkerTaskFailed(
+        stimulus_id=stimulus_id, worker=wire.worker, attempt_id=attempt, detail=detail
+    )
+
+
+def worker_heartbeat_to_wire(worker: str, running: Sequence[Placement]) -> WorkerHeartbeatWire:
+    return WorkerHeartbeatWire(worker=worker, running=[placement_to_wire(p) for p in running])
+
+
+def worker_heartbeat_from_wire(wire: WorkerHeartbeatWire, stimulus_id: str) -> WorkerHeartbeat:
+    return WorkerHeartbeat(
+        stimulus_id=stimulus_id,
+        worker=wire.worker,
+        running=tuple(placement_from_wire(p) for p in wire.running),
+    )
+
+
+# --- routing -------------------------------------------------------------------------------------
+
+MESSAGE_KINDS: dict[str, type[BaseModel]] = {
+    "job": JobSubmission,
+    "launch_request": LaunchRequest,
+    "preempt_request": PreemptRequest,
+    "lm_reply": LMReply,
+    "snapshot": LMSnapshotWire,
+    "task_event": TaskEventWire,
+    "worker_report": WorkerReport,
+    "worker_heartbeat": WorkerHeartbeatWire,
+}
+"""Message kind -> wire model, for a broker or endpoint that carries several kinds."""

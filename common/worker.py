@@ -1,0 +1,403 @@
+"""The worker agent's core: runs assigned tasks on the nodes it hosts, queues the rest.
+
+One agent hosts many nodes (a few containers stand for hundreds of nodes). It holds each
+running task's logical resources on its node, keeps a local run queue per node in the order
+of a named policy (`common/policies/local_queue.py`), and reports started, finished, failed
+and cancelled attempts to its LM. It never runs an attempt id twice: ids of live and recently
+ended attempts are remembered and duplicates are refused.
+
+Like every role it is a state object with one entry point, `handle(event, now)`, that returns
+commands (`RunTask`, `KillTask`, `ReportToLM`, `Log`) for the driver to carry out.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from common.commands import Command, KillTask, Log, ReportToLM, RunTask
+from common.errors import InvalidInput, InvariantViolated
+from common.events import Event, TaskAssigned, TaskCancelled, TaskRunEnded, Tick
+from common.lifecycle import check_transition
+from common.messages import Placement
+from common.models import NodeSpec, validate_node
+from common.policies.local_queue import LocalQueue, local_queue_policy
+from common.reasons import Reason
+from common.resources import ZERO, Resources
+from common.story import TransitionLog
+
+DEFAULT_ENDED_MEMORY = 20_000
+
+
+class AttemptState(StrEnum):
+    """An attempt as the worker sees it; NEW is only the origin of its first transition."""
+
+    NEW = "new"
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"  # also a cancel that arrived before its assignment
+    FAILED = "failed"  # refused: unknown node, impossible demand, local queue full
+
+
+ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
+    AttemptState.NEW: frozenset(
+        {AttemptState.QUEUED, AttemptState.RUNNING, AttemptState.FAILED, AttemptState.CANCELLED}
+    ),
+    AttemptState.QUEUED: frozenset({AttemptState.RUNNING, AttemptState.CANCELLED}),
+    AttemptState.RUNNING: frozenset({AttemptState.FINISHED, AttemptState.CANCELLED}),
+    AttemptState.FINISHED: frozenset(),
+    AttemptState.CANCELLED: frozenset(),
+    AttemptState.FAILED: frozenset(),
+}
+
+
+@dataclass(slots=True)
+class _NodeState:
+    spec: NodeSpec
+    free: Resources
+    running: dict[str, Placement]
+    queue: LocalQueue
+
+
+@dataclass(slots=True)
+class _LiveAttempt:
+    placement: Placement
+    state: AttemptState
+    since: float  # when it entered `state`: queued time gives the worker-queuing part
+
+
+class WorkerAgent:
+    """Executes placements on its nodes; `handle(event, now)` is the only way to change it."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        nodes: Sequence[NodeSpec],
+        queue_policy: str = "srpt",
+        max_queue: int = 10_000,
+        story_len: int = 10_000,
+        ended_memory: int = DEFAULT_ENDED_MEMORY,
+    ) -> None:
+        if not worker_id:
+            raise InvalidInput("worker_id", "must be a non-empty string")
+        queue_class = local_queue_policy(queue_policy)
+        if max_queue < 0:
+            raise InvalidInput("max_queue", f"must be >= 0, got {max_queue}")
+        if ended_memory < 1:
+            raise InvalidInput("ended_memory", f"must be >= 1, got {ended_memory}")
+        self.worker_id = worker_id
+        self.queue_policy = queue_policy
+        self.max_queue = max_queue
+        self._nodes: dict[str, _NodeState] = {}
+        for index, node in enumerate(nodes):
+            validate_node(node)
+            if node.node_id in self._nodes:
+                raise InvalidInput(f"nodes[{index}].node_id", f"duplicate {node.node_id!r}")
+            if node.worker != worker_id:
+                raise InvalidInput(
+                    f"nodes[{index}].worker", f"{node.worker!r} is not this worker {worker_id!r}"
+                )
+            self._nodes[node.node_id] = _NodeState(node, node.capacity, {}, queue_class())
+        self._live: dict[str, _LiveAttempt] = {}
+        # terminal states of recent attempts: refuses late duplicates with flat memory
+        self._ended: OrderedDict[str, AttemptState] = OrderedDict()
+        self._ended_memory = ended_memory
+        self._queued_total = 0
+        self._arrival_seq = 0
+        self._log = TransitionLog(maxlen=story_len)
+        self._handlers: dict[type, Callable[..., list[Command]]] = {
+            TaskAssigned: self._on_assigned,
+            TaskRunEnded: self._on_run_ended,
+            TaskCancelled: self._on_cancelled,
+            Tick: self._on_tick,
+        }
+
+    # --- entry point ----------------------------------------------------------------------
+
+    def handle(self, event: Event, now: float) -> list[Command]:
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            raise InvalidInput("event", f"a worker agent does not handle {type(event).__name__}")
+        return handler(event, now)
+
+    # --- queries --------------------------------------------------------------------------
+
+    def running_placements(self) -> tuple[Placement, ...]:
+        """Everything running or queued here, for the heartbeat that lets an LM adopt it."""
+        return tuple(live.placement for live in self._live.values())
+
+    def story(self, *keys: str) -> list[dict]:
+        return self._log.story(*keys)
+
+    def free(self, node_id: str) -> Resources:
+        return self._nodes[node_id].free
+
+    def queue_length(self, node_id: str | None = None) -> int:
+        if node_id is None:
+            return self._queued_total
+        return len(self._nodes[node_id].queue)
+
+    def state_of(self, attempt_id: str) -> AttemptState | None:
+        """The attempt's state if it is live or remembered as ended, else None."""
+        live = self._live.get(attempt_id)
+        if live is not None:
+            return live.state
+        return self._ended.get(attempt_id)
+
+    # --- handlers -------------------------------------------------------------------------
+
+    def _on_tick(self, event: Tick, now: float) -> list[Command]:
+        # nothing is time-driven here: the driver's runner ends tasks, and queued tasks
+        # start on the release that makes room for them
+        return []
+
+    def _on_assigned(self, event: TaskAssigned, now: float) -> list[Command]:
+        placement = event.placement
+        attempt_id = placement.attempt_id
+        known = self.state_of(attempt_id)
+        if known is not None:
+            fields = self._fields(placement) | {"state": str(known)}
+            return [Log("worker_duplicate_assignment", fields)]
+        node = self._nodes.get(placement.node_id)
+        if node is None:
+            return self._refuse(event, now, placement, f"unknown node {placement.node_id!r}")
+        demand = placement.task.demand
+        try:
+            demand.validate_demand("demand")
+        except InvalidInput as error:
+            return self._refuse(event, now, placement, f"invalid demand: {error}")
+        if not demand.fits_in(node.spec.capacity):
+            return self._refuse(event, now, placement, "demand exceeds node capacity")
+        # Work conservation keeps every queued task of this node unable to fit its free
+        # resources, so none of higher order could start before this one if it fits now.
+        if demand.fits_in(node.free):
+            return self._start(event.stimulus_id, now, node, placement, AttemptState.NEW)
+        if self._queued_total >= self.max_queue:
+            return self._refuse(event, now, placement, "local queue full")
+        return self._enqueue(event.stimulus_id, now, node, placement)
+
+    def _on_run_ended(self, event: TaskRunEnded, now: float) -> list[Command]:
+        live = self._live.get(event.attempt_id)
+        if live is None or live.state is not AttemptState.RUNNING:
+            # e.g. the runner's own end of a task already killed: it was reported then
+            return [self._unknown_attempt_log("task_run_ended", event.attempt_id)]
+        placement = live.placement
+        node = self._nodes[placement.node_id]
+        self._release(event.stimulus_id, now, node, placement, AttemptState.FINISHED)
+        commands: list[Command] = [
+            ReportToLM(Reason.FINISHED, placement.attempt_id, runtime=event.runtime),
+            Log("task_finished", self._fields(placement) | {"runtime": event.runtime}),
+        ]
+        commands += self._start_queued(event.stimulus_id, now, node)
+        return commands
+
+    def _on_cancelled(self, event: TaskCancelled, now: float) -> list[Command]:
+        attempt_id = event.attempt_id
+        live = self._live.get(attempt_id)
+        if live is None:
+            return self._cancel_unknown(event, now)
+        placement = live.placement
+        node = self._nodes[placement.node_id]
+        detail = str(event.reason)
+        fields = self._fields(placement) | {"reason": detail, "was": str(live.state)}
+        report = ReportToLM(Reason.CANCELLED, attempt_id, detail=detail)
+        if live.state is AttemptState.QUEUED:
+            node.queue.remove(attempt_id)
+            self._queued_total -= 1
+            self._end(event.stimulus_id, now, attempt_id, live.state, AttemptState.CANCELLED)
+            return [report, Log("task_cancelled", fields)]
+        self._release(event.stimulus_id, now, node, placement, AttemptState.CANCELLED)
+        commands: list[Command] = [KillTask(attempt_id), report, Log("task_cancelled", fields)]
+        commands += self._start_queued(event.stimulus_id, now, node)
+        return commands
+
+    def _cancel_unknown(self, event: TaskCancelled, now: float) -> list[Command]:
+        attempt_id = event.attempt_id
+        if attempt_id not in self._ended:
+            # The cancel overtook its assignment: remember it, so the late assignment is
+            # refused instead of running on resources the LM has already taken back.
+            self._end(event.stimulus_id, now, attempt_id, AttemptState.NEW, AttemptState.CANCELLED)
+        return [self._unknown_attempt_log("task_cancelled", attempt_id)]
+
+    # --- transitions ----------------------------------------------------------------------
+
+    def _start(
+        self,
+        stimulus_id: str,
+        now: float,
+        node: _NodeState,
+        placement: Placement,
+        old: AttemptState,
+        queued_seconds: float = 0.0,
+    ) -> list[Command]:
+        attempt_id = placement.attempt_id
+        self._transition(now, stimulus_id, attempt_id, old, AttemptState.RUNNING)
+        node.free = node.free - placement.task.demand
+        node.running[attempt_id] = placement
+        self._live[attempt_id] = _LiveAttempt(placement, AttemptState.RUNNING, now)
+        fields = self._fields(placement) | {
+            "duration": placement.task.duration,
+            "queued_seconds": queued_seconds,
+            "priority": placement.priority,
+            "pilot": placement.pilot,
+        }
+        return [
+            RunTask(attempt_id, node.spec.node_id, duration=placement.task.duration),
+            ReportToLM(Reason.STARTED, attempt_id),
+            Log("task_started", fields),
+        ]
+
+    def _enqueue(
+        self, stimulus_id: str, now: float, node: _NodeState, placement: Placement
+    ) -> list[Command]:
+        attempt_id = placement.attempt_id
+        self._transition(now, stimulus_id, attempt_id, AttemptState.NEW, AttemptState.QUEUED)
+        self._arrival_seq += 1
+        node.queue.push(placement, self._arrival_seq)
+        self._queued_total += 1
+        self._live[attempt_id] = _LiveAttempt(placement, AttemptState.QUEUED, now)
+        fields = self._fields(placement) | {
+            "queue_length": len(node.queue),
+            "priority": placement.priority,
+            "pilot": placement.pilot,
+        }
+        return [Log("task_queued", fields)]
+
+    def _start_queued(self, stimulus_id: str, now: float, node: _NodeState) -> list[Command]:
+        """Start queued tasks that fit, in policy order; one that does not fit is skipped."""
+        chosen: list[Placement] = []
+        free = node.free
+        for placement in node.queue:
+            if free.cpu_m <= 0 or free.mem_mib <= 0:
+                break  # every demand is positive in both kinds: nothing more can fit
+            if placement.task.demand.fits_in(free):
+                chosen.append(placement)
+                free = free - placement.task.demand
+        commands: list[Command] = []
+        for placement in chosen:
+            node.queue.remove(placement.attempt_id)
+            self._queued_total -= 1
+            queued_since = self._live[placement.attempt_id].since
+            commands += self._start(
+                stimulus_id, now, node, placement, AttemptState.QUEUED, now - queued_since
+            )
+        return commands
+
+    def _release(
+        self,
+        stimulus_id: str,
+        now: float,
+        node: _NodeState,
+        placement: Placement,
+        new: AttemptState,
+    ) -> None:
+        del node.running[placement.attempt_id]
+        node.free = node.free + placement.task.demand
+        self._end(stimulus_id, now, placement.attempt_id, AttemptState.RUNNING, new)
+
+    def _refuse(
+        self, event: TaskAssigned, now: float, placement: Placement, detail: str
+    ) -> list[Command]:
+        attempt_id = placement.attempt_id
+        self._end(event.stimulus_id, now, attempt_id, AttemptState.NEW, AttemptState.FAILED, detail)
+        return [
+            ReportToLM(Reason.FAILED, attempt_id, detail=detail),
+            Log("task_failed", self._fields(placement) | {"detail": detail}),
+        ]
+
+    def _end(
+        self,
+        stimulus_id: str,
+        now: float,
+        attempt_id: str,
+        old: AttemptState,
+        new: AttemptState,
+        detail: str = "",
+    ) -> None:
+        self._transition(now, stimulus_id, attempt_id, old, new, detail)
+        self._live.pop(attempt_id, None)
+        self._ended[attempt_id] = new
+        if len(self._ended) > self._ended_memory:
+            self._ended.popitem(last=False)
+
+    def _transition(
+        self,
+        now: float,
+        stimulus_id: str,
+        attempt_id: str,
+        old: AttemptState,
+        new: AttemptState,
+        detail: str = "",
+    ) -> None:
+        check_transition(ATTEMPT_TRANSITIONS, attempt_id, old, new, self._log)
+        self._log.record(now, stimulus_id, attempt_id, str(old), str(new), detail)
+
+    # --- log fields -----------------------------------------------------------------------
+
+    def _fields(self, placement: Placement) -> dict:
+        node = self._nodes.get(placement.node_id)
+        return {
+            "attempt": placement.attempt_id,
+            "task": placement.task.task_id,
+            "job": placement.task.job_id,
+            "node": placement.node_id,
+            "worker": self.worker_id,
+            "lm": node.spec.lm if node is not None else None,
+            "gm": placement.gm,
+            "user": placement.user,
+        }
+
+    def _unknown_attempt_log(self, stimulus: str, attempt_id: str) -> Log:
+        known = self._ended.get(attempt_id)
+        return Log(
+            "worker_unknown_attempt",
+            {
+                "attempt": attempt_id,
+                "worker": self.worker_id,
+                "stimulus": stimulus,
+                "state": str(known) if known is not None else None,
+            },
+        )
+
+    # --- invariants -----------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Raise `InvariantViolated` if a node is over-committed or the books disagree."""
+        queued_total = 0
+        for node_id, node in self._nodes.items():
+            held = ZERO
+            for placement in node.running.values():
+                held = held + placement.task.demand
+            if not held.fits_in(node.spec.capacity):
+                raise InvariantViolated(f"node {node_id}: running {held} > {node.spec.capacity}")
+            if node.free.cpu_m < 0 or node.free.mem_mib < 0:
+                raise InvariantViolated(f"node {node_id}: negative free {node.free}")
+            if held + node.free != node.spec.capacity:
+                raise InvariantViolated(
+                    f"node {node_id}: free {node.free} + running {held} != {node.spec.capacity}"
+                )
+            self._validate_queue(node)
+            queued_total += len(node.queue)
+        if queued_total != self._queued_total:
+            raise InvariantViolated(f"queued count {self._queued_total} != {queued_total}")
+        running_total = sum(len(node.running) for node in self._nodes.values())
+        if running_total + queued_total != len(self._live):
+            raise InvariantViolated(
+                f"{len(self._live)} live attempts, {running_total} running + {queued_total} queued"
+            )
+        for attempt_id, live in self._live.items():
+            node = self._nodes[live.placement.node_id]
+            where = node.running if live.state is AttemptState.RUNNING else node.queue
+            if attempt_id not in where or attempt_id in self._ended:
+                raise InvariantViolated(f"attempt {attempt_id}: {live.state} but misfiled")
+
+    def _validate_queue(self, node: _NodeState) -> None:
+        # work conservation: a queued task that fits now should have been started
+        for placement in node.queue:
+            if placement.task.demand.fits_in(node.free):
+                raise InvariantViolated(
+                    f"node {node.spec.node_id}: queued {placement.attempt_id} fits {node.free}"
+                )
