@@ -35,6 +35,7 @@ class ClusterTopology:
         nodes: Sequence[NodeSpec],
         gms: Sequence[str],
         num_constraints: int = DEFAULT_NUM_CONSTRAINTS,
+        owner: Sequence[int] | None = None,
     ) -> None:
         if not nodes:
             raise InvalidInput(f"lms[{lm}].nodes", "an LM needs at least one node")
@@ -66,7 +67,9 @@ class ClusterTopology:
                     vector[i] = 1
             vectors.append(frozenbitarray(vector))
         self.constraint_vectors: tuple[frozenbitarray, ...] = tuple(vectors)
-        self.owner: tuple[int, ...] = initial_partition(size, len(self.gms))
+        self.owner: tuple[int, ...] = (
+            initial_partition(size, len(self.gms)) if owner is None else tuple(owner)
+        )
         owned = []
         for g in range(len(self.gms)):
             vector = bitarray(size)
@@ -81,10 +84,57 @@ class ClusterTopology:
         all_nodes.setall(1)
         self._all = frozenbitarray(all_nodes)
         self._mask_cache: dict[frozenset[int], frozenbitarray] = {}
+        self._partition_mask_cache: dict[tuple[frozenset[int], int, bool], frozenbitarray] = {}
         self._feasible_cache: dict[tuple[frozenset[int], int, int], bool] = {}
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    @classmethod
+    def merge(cls, topologies: Sequence[ClusterTopology]) -> ClusterTopology:
+        """One topology over the nodes of several LMs, in order: a GM's federation-wide view.
+
+        Node ownership is carried over by GM name, so LMs may list the GMs in any order.
+        """
+        gms: list[str] = []
+        for topology in topologies:
+            gms.extend(gm for gm in topology.gms if gm not in gms)
+        gm_index = {gm: g for g, gm in enumerate(gms)}
+        num_constraints = max(t.num_constraints for t in topologies)
+        merged = cls.__new__(cls)  # built by concatenation: the per-LM vectors are done
+        merged.lm = "federation"
+        merged.gms = tuple(gms)
+        merged.gm_index = gm_index
+        merged.num_constraints = num_constraints
+        merged.nodes = tuple(node for t in topologies for node in t.nodes)
+        merged.node_ids = tuple(node_id for t in topologies for node_id in t.node_ids)
+        merged.index = {node_id: i for i, node_id in enumerate(merged.node_ids)}
+        if len(merged.index) != len(merged.node_ids):
+            raise InvalidInput("lms", "node ids must be unique across the federation")
+        merged.cap_cpu = tuple(c for t in topologies for c in t.cap_cpu)
+        merged.cap_mem = tuple(m for t in topologies for m in t.cap_mem)
+        merged.workers = tuple(w for t in topologies for w in t.workers)
+        merged.constraint_vectors = tuple(
+            frozenbitarray(_join(
+                t.constraint_vectors[c] if c < t.num_constraints else _zeros(len(t))
+                for t in topologies
+            ))
+            for c in range(num_constraints)
+        )
+        merged.owner = tuple(gm_index[t.gms[o]] for t in topologies for o in t.owner)
+        merged.owned = tuple(
+            frozenbitarray(_join(
+                t.owned[t.gm_index[gm]] if gm in t.gm_index else _zeros(len(t))
+                for t in topologies
+            ))
+            for gm in gms
+        )
+        merged.not_owned = tuple(~vector for vector in merged.owned)
+        merged._all = frozenbitarray(_join(t._all for t in topologies))
+        merged._mask_cache = {}
+        merged._partition_mask_cache = {}
+        merged._feasible_cache = {}
+        return merged
 
     def mask_for(self, constraints: frozenset[int]) -> frozenbitarray:
         """Nodes that satisfy every constraint in the set (cached: the set is the shape)."""
@@ -95,7 +145,18 @@ class ClusterTopology:
                 if not 0 <= constraint < self.num_constraints:
                     raise InvalidInput("constraints", f"unknown constraint id {constraint!r}")
                 vector &= self.constraint_vectors[constraint]
-            mask = self._mask_cache[constraints] = frozenbitarray(vector)
+            mask = frozenbitarray(vector)
+            _bounded_put(self._mask_cache, constraints, mask)
+        return mask
+
+    def partition_mask(self, constraints: frozenset[int], g: int, internal: bool) -> frozenbitarray:
+        """Nodes satisfying the constraints in GM `g`'s partition (internal) or outside it."""
+        key = (constraints, g, internal)
+        mask = self._partition_mask_cache.get(key)
+        if mask is None:
+            partition = self.owned[g] if internal else self.not_owned[g]
+            mask = self.mask_for(constraints) & partition
+            _bounded_put(self._partition_mask_cache, key, mask)
         return mask
 
     def can_ever_run(self, constraints: frozenset[int], cpu_m: int, mem_mib: int) -> bool:
@@ -107,8 +168,31 @@ class ClusterTopology:
                 self.cap_cpu[i] >= cpu_m and self.cap_mem[i] >= mem_mib
                 for i in self.mask_for(constraints).search(1)
             )
-            self._feasible_cache[key] = answer
+            _bounded_put(self._feasible_cache, key, answer)
         return answer
+
+
+MASK_CACHE_LIMIT = 8192
+
+
+def _zeros(size: int) -> bitarray:
+    vector = bitarray(size)
+    vector.setall(0)
+    return vector
+
+
+def _join(vectors) -> bitarray:
+    joined = bitarray()
+    for vector in vectors:
+        joined.extend(vector)
+    return joined
+
+
+def _bounded_put(cache: dict, key, value) -> None:
+    """Constraint sets are many (2^21 possible): a cache that only grows would leak."""
+    if len(cache) >= MASK_CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
 
 
 def initial_partition(size: int, num_gms: int) -> tuple[int, ...]:
@@ -140,7 +224,9 @@ class LMSnapshot:
     free_cpu: tuple[int, ...]
     free_mem: tuple[int, ...]
     up: frozenbitarray
-    running: tuple[RunningInfo, ...]
+    # Heartbeats list every running attempt; replies to launches leave it out (None), so a
+    # reply costs O(nodes), not O(running tasks). Views keep the last list they were given.
+    running: tuple[RunningInfo, ...] | None
 
     @property
     def version(self) -> tuple[int, int]:
@@ -150,73 +236,101 @@ class LMSnapshot:
 class ClusterState:
     """Free resources and liveness of every node of one LM, with the availability vector.
 
-    `available` has a bit set where the node is up and has some cpu and memory free: the
-    vector the match ANDs; the fit check then compares exact numbers.
+    `available` has a bit set where the node is up and has at least `min_cpu` and
+    `min_mem` free: the vector the match ANDs; the fit check then compares exact numbers.
+    A GM keeps the thresholds at the smallest demand it has seen, so a node left with a
+    sliver no task could use drops out of the vector instead of being scanned past by
+    every later first-fit search (that scan grew to most of a decision's cost, measured
+    in benchmarks/bench_core.py). Thresholds only go down, so no node a task fits on is
+    ever hidden.
     """
 
-    def __init__(self, topology: ClusterTopology) -> None:
+    def __init__(self, topology: ClusterTopology, min_cpu: int = 1, min_mem: int = 1) -> None:
         self.topology = topology
         self.free_cpu: list[int] = list(topology.cap_cpu)
         self.free_mem: list[int] = list(topology.cap_mem)
+        self.min_cpu = min_cpu
+        self.min_mem = min_mem
         size = len(topology)
         self.up = bitarray(size)
         self.up.setall(1)
         self.available = bitarray(size)
-        self.available.setall(1)
+        self._refresh_available(0, size)
 
     # -- changes ----------------------------------------------------------------------------
 
     def take(self, i: int, cpu_m: int, mem_mib: int) -> None:
         cpu = self.free_cpu[i] = self.free_cpu[i] - cpu_m
         mem = self.free_mem[i] = self.free_mem[i] - mem_mib
-        if cpu <= 0 or mem <= 0:
+        if cpu < self.min_cpu or mem < self.min_mem:
             self.available[i] = 0
 
     def give(self, i: int, cpu_m: int, mem_mib: int) -> None:
         cpu = self.free_cpu[i] = self.free_cpu[i] + cpu_m
         mem = self.free_mem[i] = self.free_mem[i] + mem_mib
-        self.available[i] = cpu > 0 and mem > 0 and self.up[i]
+        self.available[i] = cpu >= self.min_cpu and mem >= self.min_mem and self.up[i]
 
     def set_up(self, i: int, is_up: bool) -> None:
         self.up[i] = is_up
-        self.available[i] = is_up and self.free_cpu[i] > 0 and self.free_mem[i] > 0
+        self.available[i] = (
+            is_up and self.free_cpu[i] >= self.min_cpu and self.free_mem[i] >= self.min_mem
+        )
+
+    def lower_thresholds(self, cpu_m: int, mem_mib: int) -> None:
+        """Make sure nodes that fit (cpu_m, mem_mib) count as available."""
+        if cpu_m < self.min_cpu or mem_mib < self.min_mem:
+            self.min_cpu = max(1, min(self.min_cpu, cpu_m))
+            self.min_mem = max(1, min(self.min_mem, mem_mib))
+            self._refresh_available(0, len(self.free_cpu))
+
+    def _refresh_available(self, start: int, end: int) -> None:
+        available, cpu, mem = self.available, self.free_cpu, self.free_mem
+        available[start:end] = self.up[start:end]
+        min_cpu, min_mem = self.min_cpu, self.min_mem
+        for i in available.search(1, start, end):
+            if cpu[i] < min_cpu or mem[i] < min_mem:
+                available[i] = 0
 
     def fits(self, i: int, cpu_m: int, mem_mib: int) -> bool:
         return self.up[i] and self.free_cpu[i] >= cpu_m and self.free_mem[i] >= mem_mib
 
-    def load(self, free_cpu: Sequence[int], free_mem: Sequence[int], up: bitarray) -> None:
-        """Replace the dynamic state wholesale (a GM applying a fresher snapshot)."""
-        self.free_cpu = list(free_cpu)
-        self.free_mem = list(free_mem)
-        self.up = bitarray(up)
-        available = self.available = bitarray(self.up)
-        for i in available.search(1):
-            if self.free_cpu[i] <= 0 or self.free_mem[i] <= 0:
-                available[i] = 0
+    def load(
+        self, offset: int, free_cpu: Sequence[int], free_mem: Sequence[int], up: bitarray
+    ) -> None:
+        """Replace the dynamic state of nodes `offset..` (a GM applying an LM's snapshot)."""
+        end = offset + len(free_cpu)
+        self.free_cpu[offset:end] = free_cpu
+        self.free_mem[offset:end] = free_mem
+        self.up[offset:end] = up
+        self._refresh_available(offset, end)
 
     # -- the match ----------------------------------------------------------------------------
 
     def find(
         self,
-        constraints: frozenset[int],
-        partition: frozenbitarray,
+        eligible: frozenbitarray,
         cpu_m: int,
         mem_mib: int,
         best_fit: bool = False,
+        start: int = 0,
     ) -> int:
-        """Index of a node of `partition` that satisfies the constraints and fits, or -1.
+        """Index of an `eligible` node (see `ClusterTopology.partition_mask`) that fits, or -1.
 
-        First fit returns the lowest-indexed fitting node; best fit the one that leaves the
-        least room (normalised cpu plus memory left over), which packs tighter.
+        First fit returns the first fitting node at or after `start`, wrapping around (the
+        GM starts at the next LM's first node: round-robin across LMs). Best fit returns the
+        one that leaves the least room (normalised cpu plus memory left over).
         """
-        candidates = self.topology.mask_for(constraints) & partition
-        candidates &= self.available
+        candidates = eligible & self.available
         free_cpu = self.free_cpu
         free_mem = self.free_mem
         if not best_fit:
-            for i in candidates.search(1):
+            for i in candidates.search(1, start):
                 if free_cpu[i] >= cpu_m and free_mem[i] >= mem_mib:
                     return i
+            if start:
+                for i in candidates.search(1, 0, start):
+                    if free_cpu[i] >= cpu_m and free_mem[i] >= mem_mib:
+                        return i
             return -1
         best, best_left = -1, float("inf")
         cap_cpu, cap_mem = self.topology.cap_cpu, self.topology.cap_mem

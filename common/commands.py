@@ -9,7 +9,7 @@ from common.messages import LaunchResult, Placement, RequestKind, TaskEvent
 from common.reasons import Reason
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per task event, see common/messages.py
 class Log:
     """One line of the JSON event log (DESIGN section 5); the driver adds `ts` and `svc`."""
 

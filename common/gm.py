@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
-from common.cluster import ClusterState, ClusterTopology, LMSnapshot, RunningInfo
+from common.cluster import ClusterTopology
 from common.commands import (
     Command,
     JobEnded,
@@ -58,6 +58,7 @@ from common.policies.fairness import (
 from common.policies.job import JobProgress, make_job_policy
 from common.reasons import Reason
 from common.story import TransitionLog
+from common.view import FederationView, LMSlot
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,9 @@ class GMConfig:
     seed: int = 0
 
 
+_PLACEMENT_COUNTER = {kind: f"placements_total.{kind}" for kind in RequestKind}
+
+
 # -- the GM's records --------------------------------------------------------------------------
 
 
@@ -85,6 +89,7 @@ class TaskRecord:
     spec: TaskSpec
     job: JobRecord
     index: int
+    shape: tuple  # TaskSpec.shape, computed once: placement caches and skips by it
     state: TaskState = TaskState.PENDING
     reason: Reason = Reason.NO_VIEW  # why it is where it is; for a pending task, why it waits
     attempts: int = 0
@@ -113,60 +118,6 @@ class JobRecord:
 class InflightRequest:
     lm: str
     attempts: list[str]
-    reserved: list[tuple[int, int, int]]  # (node index, cpu, mem) taken in the view
-
-
-class LMView:
-    """The GM's copy of one LM's state: the last snapshot plus its own in-flight reservations.
-
-    Reservations of requests still unanswered are re-applied on top of every newer snapshot:
-    if the LM already counted them, the view is briefly pessimistic (never optimistic), and
-    the request's answer settles it.
-    """
-
-    def __init__(self, snapshot: LMSnapshot) -> None:
-        self.lm = snapshot.lm
-        self.state = ClusterState(snapshot.topology)
-        self.version = (-1, -1)
-        self.running: tuple[RunningInfo, ...] = ()
-        self.last_heard = float("-inf")
-        self.inflight: dict[str, list[tuple[int, int, int]]] = {}
-        self._running_by_node: dict[int, list[RunningInfo]] | None = None
-
-    @property
-    def topology(self) -> ClusterTopology:
-        return self.state.topology
-
-    def apply(self, snapshot: LMSnapshot) -> bool:
-        """Take a snapshot if it is newer than what the view has; True if it was taken."""
-        if snapshot.version <= self.version:
-            return False
-        if snapshot.topology is not self.state.topology:
-            self.state = ClusterState(snapshot.topology)
-        self.state.load(snapshot.free_cpu, snapshot.free_mem, snapshot.up)
-        for reserved in self.inflight.values():
-            for i, cpu, mem in reserved:
-                self.state.take(i, cpu, mem)
-        self.version = snapshot.version
-        self.running = snapshot.running
-        self._running_by_node = None
-        return True
-
-    def reserve(self, request_id: str, i: int, cpu: int, mem: int) -> None:
-        self.state.take(i, cpu, mem)
-        self.inflight.setdefault(request_id, []).append((i, cpu, mem))
-
-    def release(self, request_id: str) -> None:
-        for i, cpu, mem in self.inflight.pop(request_id, ()):
-            self.state.give(i, cpu, mem)
-
-    def running_on(self, i: int) -> list[RunningInfo]:
-        if self._running_by_node is None:
-            by_node: dict[int, list[RunningInfo]] = {}
-            for info in self.running:
-                by_node.setdefault(info.node_index, []).append(info)
-            self._running_by_node = by_node
-        return self._running_by_node.get(i, [])
 
 
 # -- the state machine --------------------------------------------------------------------------
@@ -189,7 +140,7 @@ class GlobalMaster:
         self.policy = make_job_policy(config.job_policy, **config.job_policy_options)
         self.fairness = make_fairness_policy(config.fairness, config.queues)
         self.own_queues = {q.name for q in config.queues if q.gm == config.gm_id}
-        self.views: dict[str, LMView] = {}
+        self.view = FederationView(self.gm)
         self._topologies = {topology.lm: topology for topology in topologies}
         self.jobs: dict[str, JobRecord] = {}
         self._ended_jobs: OrderedDict[str, None] = OrderedDict()
@@ -241,8 +192,10 @@ class GlobalMaster:
                                job.estimated_task_duration)
         record = JobRecord(job, progress)
         self.policy.admit(progress, self.rng)
+        view = self.view
         for index, spec in enumerate(job.tasks):
-            task = TaskRecord(spec, record, index)
+            view.expect_demand(spec.demand.cpu_m, spec.demand.mem_mib)
+            task = TaskRecord(spec, record, index, spec.shape)
             record.tasks.append(task)
             self._tasks[spec.task_id] = task
             if progress.pilots and index not in progress.pilots:
@@ -250,6 +203,7 @@ class GlobalMaster:
                 record.held.append(task)
             else:
                 record.pending.append(task)
+            self.log.record(now, event.stimulus_id, spec.task_id, "new", task.state)
         self.jobs[job.job_id] = record
         self.log.record(now, event.stimulus_id, job.job_id, "new", "pending",
                         f"{len(job.tasks)} tasks, user {job.user}")
@@ -258,8 +212,9 @@ class GlobalMaster:
                                 "tasks": len(job.tasks), "arrival": job.arrival,
                                 "pilots": len(progress.pilots)})
         ]
-        for task in list(record.pending) + list(record.held):
-            self._adopt_orphan(task, event.stimulus_id, now, commands)
+        if self._orphans:
+            for task in list(record.pending) + list(record.held):
+                self._adopt_orphan(task, event.stimulus_id, now, commands)
         if record.held:
             self._held_jobs[job.job_id] = record
         self._requeue_job(record)
@@ -287,7 +242,7 @@ class GlobalMaster:
 
     def _known_topologies(self) -> list[ClusterTopology]:
         known = dict(self._topologies)
-        known.update((lm, view.topology) for lm, view in self.views.items())
+        known.update((lm, slot.topology) for lm, slot in self.view.slots.items())
         return list(known.values())
 
     @staticmethod
@@ -306,9 +261,7 @@ class GlobalMaster:
     def _schedule(self, stimulus_id: str, now: float, commands: list[Command]) -> None:
         if not (self._order or self._held_jobs):
             return
-        views = [view for view in self.views.values()
-                 if now - view.last_heard <= self.config.lm_timeout]
-        if not views:
+        if not self.view.any_reachable:
             return
         if self._failed_generation != self._view_generation:
             self._failed_shapes.clear()
@@ -318,24 +271,25 @@ class GlobalMaster:
             job = self.jobs[job_id]
             still = deque()
             for task in job.pending:
-                if not self._try_place(task, views, batches, stimulus_id, now, commands):
+                if not self._try_place(task, batches, stimulus_id, now, commands):
                     still.append(task)
             self._set_pending(job, still)
         if self.config.work_conserving:
-            self._run_held(views, batches, stimulus_id, now, commands)
+            self._run_held(batches, stimulus_id, now, commands)
+        priorities: dict[str, float] = {}  # per job: the same for all its tasks in a pass
         for (lm, kind), request_id in batches.items():
             request = self._requests[request_id]
-            placements = tuple(self._placement_of(self._attempts[a], a)
+            placements = tuple(self._placement_of(self._attempts[a], a, priorities)
                                for a in request.attempts)
             commands.append(SendLaunch(lm, request_id, kind, placements))
 
-    def _run_held(self, views, batches, stimulus_id, now, commands) -> None:
+    def _run_held(self, batches, stimulus_id, now, commands) -> None:
         """Work conservation: held tasks may use what the eligible ones could not."""
         for job in list(self._held_jobs.values()):
             still = deque()
             for task in job.held:
                 if task.state is not TaskState.HELD or not self._try_place(
-                    task, views, batches, stimulus_id, now, commands, allow_preempt=False
+                    task, batches, stimulus_id, now, commands, allow_preempt=False
                 ):
                     still.append(task)
             job.held = still
@@ -345,7 +299,6 @@ class GlobalMaster:
     def _try_place(
         self,
         task: TaskRecord,
-        views: list[LMView],
         batches: dict[tuple[str, RequestKind], str],
         stimulus_id: str,
         now: float,
@@ -353,76 +306,65 @@ class GlobalMaster:
         allow_preempt: bool = True,
     ) -> bool:
         spec = task.spec
-        shape = spec.shape
+        shape = task.shape
         failed = self._failed_shapes.get(shape)
         if failed is not None:
             task.reason = failed
             return False
         self.counters["decisions_total"] += 1
         kind = RequestKind.LAUNCH
-        found = self._search(spec, views, internal=True)
-        if found is None:
+        slot, i = self._search(spec, internal=True)
+        if slot is None:
             kind = RequestKind.REPARTITION
-            found = self._search(spec, views, internal=False)
-        if found is not None:
-            view, i = found
-            batch_key = (view.lm, kind)
+            slot, i = self._search(spec, internal=False)
+        if slot is not None:
+            batch_key = (slot.lm, kind)
             request_id = batches.get(batch_key)
             if request_id is None:
-                request_id = batches[batch_key] = self._new_request(view.lm)
-            self._launch(task, view, i, request_id, kind, stimulus_id, now, commands)
+                request_id = batches[batch_key] = self._new_request(slot.lm)
+            self._launch(task, slot, i, request_id, kind, stimulus_id, now, commands)
             return True
-        if allow_preempt and self._try_preempt(task, views, stimulus_id, now, commands):
+        if allow_preempt and self._try_preempt(task, stimulus_id, now, commands):
             return True
         self._failed_shapes[shape] = Reason.NO_CAPACITY
         task.reason = Reason.NO_CAPACITY
         return False
 
-    def _search(self, spec: TaskSpec, views: list[LMView], internal: bool):
-        """Round-robin over LMs, starting after the LM that took the last task."""
-        g = None
-        count = len(views)
+    def _search(self, spec: TaskSpec, internal: bool) -> tuple[LMSlot | None, int]:
+        """Round-robin over LMs, starting after the LM that took the last such task."""
+        view = self.view
         start = self._rr_internal if internal else self._rr_external
-        cpu, mem, constraints = spec.demand.cpu_m, spec.demand.mem_mib, spec.constraints
-        best_fit = self.config.best_fit
-        for k in range(count):
-            view = views[(start + k) % count]
-            topology = view.state.topology
-            g = topology.gm_index.get(self.gm)
-            if g is None:
-                continue
-            partition = topology.owned[g] if internal else topology.not_owned[g]
-            i = view.state.find(constraints, partition, cpu, mem, best_fit)
-            if i >= 0:
-                if internal:
-                    self._rr_internal = (start + k + 1) % count
-                else:
-                    self._rr_external = (start + k + 1) % count
-                return view, i
-        return None
+        k, i = view.find(spec.constraints, spec.demand.cpu_m, spec.demand.mem_mib, internal,
+                         start, self.config.best_fit)
+        if k < 0:
+            return None, -1
+        if internal:
+            self._rr_internal = k + 1
+        else:
+            self._rr_external = k + 1
+        return view.order[k], i
 
     def _new_request(self, lm: str) -> str:
         self._request_seq += 1
         request_id = f"{self.gm}.{self.config.epoch}.{self._request_seq}"
-        self._requests[request_id] = InflightRequest(lm, [], [])
+        self._requests[request_id] = InflightRequest(lm, [])
         return request_id
 
     def _launch(
-        self, task: TaskRecord, view: LMView, i: int, request_id: str, kind: RequestKind,
+        self, task: TaskRecord, slot: LMSlot, i: int, request_id: str, kind: RequestKind,
         stimulus_id: str, now: float, commands: list[Command],
     ) -> None:
         demand = task.spec.demand
-        view.reserve(request_id, i, demand.cpu_m, demand.mem_mib)
+        self.view.reserve(request_id, slot, i, demand.cpu_m, demand.mem_mib)
         attempt_id = self._new_attempt(task)
         self._requests[request_id].attempts.append(attempt_id)
-        task.lm, task.node = view.lm, view.topology.node_ids[i]
-        self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, stimulus_id, now,
-                   f"{kind} {task.lm}/{task.node}")
-        self.counters[f"placements_total.{kind}"] += 1
+        task.lm, task.node = slot.lm, slot.topology.node_ids[i]
+        self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, stimulus_id, now, task.node)
+        self.counters[_PLACEMENT_COUNTER[kind]] += 1
         commands.append(Log("task_placed", {
             "attempt": attempt_id, "task": task.spec.task_id, "job": task.job.spec.job_id,
             "user": task.job.spec.user, "gm": self.gm, "lm": task.lm, "node": task.node,
-            "kind": str(kind), "request": request_id}))
+            "kind": kind.value, "request": request_id}))
 
     def _new_attempt(self, task: TaskRecord) -> str:
         task.attempts += 1
@@ -431,67 +373,72 @@ class GlobalMaster:
         self._attempts[attempt_id] = task
         return attempt_id
 
-    def _placement_of(self, task: TaskRecord, attempt_id: str) -> Placement:
-        progress = task.job.progress
-        return Placement(
-            attempt_id=attempt_id, task=task.spec, node_id=task.node or "", gm=self.gm,
-            user=task.job.spec.user, priority=self.policy.worker_priority(progress),
-            pilot=progress.sampling and task.index in progress.pilots,
-        )
+    def _placement_of(self, task: TaskRecord, attempt_id: str,
+                      priorities: dict[str, float] | None = None) -> Placement:
+        job = task.job
+        progress = job.progress
+        priority = None if priorities is None else priorities.get(job.spec.job_id)
+        if priority is None:
+            priority = self.policy.worker_priority(progress)
+            if priorities is not None:
+                priorities[job.spec.job_id] = priority
+        return Placement(attempt_id, task.spec, task.node or "", self.gm, job.spec.user,
+                         priority, progress.sampling and task.index in progress.pilots)
 
     # -- fairness ------------------------------------------------------------------------------
 
-    def _try_preempt(self, task: TaskRecord, views: list[LMView], stimulus_id: str,
-                     now: float, commands: list[Command]) -> bool:
-        user = task.job.spec.user
-        if not self.fairness.victim_queues(user, {}) and self.config.fairness == "none":
+    def _try_preempt(self, task: TaskRecord, stimulus_id: str, now: float,
+                     commands: list[Command]) -> bool:
+        if self.config.fairness == "none":
             return False
-        usage = self.usage(views)
+        usage = self.usage()
         spec = task.spec
-        for victim_queue in self.fairness.victim_queues(user, usage):
-            for view in views:
-                found = self._victims_in(view, spec, victim_queue)
+        for victim_queue in self.fairness.victim_queues(task.job.spec.user, usage):
+            for slot in self.view.order:
+                if not slot.reachable:
+                    continue
+                found = self._victims_in(slot, spec, victim_queue)
                 if found is not None:
                     i, victims = found
-                    self._preempt(task, view, i, victims, stimulus_id, now, commands)
+                    self._preempt(task, slot, i, victims, stimulus_id, now, commands)
                     return True
         return False
 
-    def usage(self, views: Iterable[LMView] | None = None) -> dict[str, float]:
-        """Each queue's dominant share of the federation, as this GM's views see it."""
-        views = list(self.views.values()) if views is None else list(views)
-        total_cpu = sum(sum(v.topology.cap_cpu) for v in views) or 1
-        total_mem = sum(sum(v.topology.cap_mem) for v in views) or 1
-        return dominant_usage((info for v in views for info in v.running), total_cpu, total_mem)
+    def usage(self) -> dict[str, float]:
+        """Each queue's dominant share of the federation, as this GM's view sees it."""
+        slots = self.view.order
+        total_cpu = sum(sum(slot.topology.cap_cpu) for slot in slots) or 1
+        total_mem = sum(sum(slot.topology.cap_mem) for slot in slots) or 1
+        return dominant_usage(self.view.running(), total_cpu, total_mem)
 
-    def _victims_in(self, view: LMView, spec: TaskSpec, victim_queue: str):
-        state = view.state
-        mask = view.topology.mask_for(spec.constraints) & state.up
+    def _victims_in(self, slot: LMSlot, spec: TaskSpec, victim_queue: str):
+        free_cpu, free_mem, up = self.view.free_of(slot)
+        mask = slot.topology.mask_for(spec.constraints) & up
         for i in mask.search(1):
-            candidates = [info for info in view.running_on(i)
+            candidates = [info for info in slot.running_on(i)
                           if info.user == victim_queue
                           and info.attempt_id not in self._victims_claimed]
             if not candidates:
                 continue
-            victims = choose_victims(candidates, state.free_cpu[i], state.free_mem[i],
+            victims = choose_victims(candidates, free_cpu[i], free_mem[i],
                                      spec.demand.cpu_m, spec.demand.mem_mib)
             if victims is not None:
                 return i, victims
         return None
 
-    def _preempt(self, task: TaskRecord, view: LMView, i: int, victims: tuple[str, ...],
+    def _preempt(self, task: TaskRecord, slot: LMSlot, i: int, victims: tuple[str, ...],
                  stimulus_id: str, now: float, commands: list[Command]) -> None:
-        request_id = self._new_request(view.lm)
+        request_id = self._new_request(slot.lm)
         demand = task.spec.demand
-        freed = {info.attempt_id: info for info in view.running_on(i)}
-        view.reserve(request_id, i, demand.cpu_m, demand.mem_mib)
+        freed = {info.attempt_id: info for info in slot.running_on(i)}
+        self.view.reserve(request_id, slot, i, demand.cpu_m, demand.mem_mib)
         for victim in victims:
             info = freed[victim]
-            view.reserve(request_id, i, -info.cpu_m, -info.mem_mib)
+            self.view.reserve(request_id, slot, i, -info.cpu_m, -info.mem_mib)
         self._victims_claimed.update(victims)
         attempt_id = self._new_attempt(task)
         self._requests[request_id].attempts.append(attempt_id)
-        task.lm, task.node = view.lm, view.topology.node_ids[i]
+        task.lm, task.node = slot.lm, slot.topology.node_ids[i]
         self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, stimulus_id, now,
                    f"preempting {len(victims)} on {task.lm}/{task.node}")
         self.counters["preemption_requests_total"] += 1
@@ -499,7 +446,7 @@ class GlobalMaster:
             "attempt": attempt_id, "task": task.spec.task_id, "job": task.job.spec.job_id,
             "user": task.job.spec.user, "gm": self.gm, "lm": task.lm, "node": task.node,
             "victims": list(victims), "request": request_id}))
-        commands.append(SendPreempt(view.lm, request_id, self._placement_of(task, attempt_id),
+        commands.append(SendPreempt(slot.lm, request_id, self._placement_of(task, attempt_id),
                                     victims))
 
     # -- answers from LMs ------------------------------------------------------------------------
@@ -507,9 +454,8 @@ class GlobalMaster:
     def _on_reply(self, event: LMReplied, now: float) -> list[Command]:
         commands: list[Command] = []
         request = self._requests.pop(event.request_id, None)
-        view = self._view_for(event.snapshot)
-        view.release(event.request_id)
-        self._take_snapshot(view, event.snapshot, now)
+        self.view.release(event.request_id)
+        self.view.apply(event.snapshot, now)
         self._view_generation += 1  # released reservations may have made room
         for result in event.results:
             self._victims_claimed.discard(result.attempt_id)
@@ -532,10 +478,8 @@ class GlobalMaster:
         commands: list[Command] = []
         if request is None:
             return commands
-        view = self.views.get(request.lm)
-        if view is not None:
-            view.release(event.request_id)
-            self._view_generation += 1
+        self.view.release(event.request_id)
+        self._view_generation += 1
         for attempt_id in request.attempts:
             task = self._attempts.get(attempt_id)
             if task is not None and task.live == attempt_id:
@@ -544,24 +488,15 @@ class GlobalMaster:
         return commands
 
     def _on_heartbeat(self, event: HeartbeatReceived, now: float) -> list[Command]:
-        view = self._view_for(event.snapshot)
         commands: list[Command] = []
-        if self._take_snapshot(view, event.snapshot, now):
+        if self.view.apply(event.snapshot, now):
             self._view_generation += 1
-            self._adopt_running(view, event.stimulus_id, now, commands)
+            self._adopt_running(self.view.slots[event.snapshot.lm], event.stimulus_id, now,
+                                commands)
         return commands
 
-    def _view_for(self, snapshot: LMSnapshot) -> LMView:
-        view = self.views.get(snapshot.lm)
-        if view is None:
-            view = self.views[snapshot.lm] = LMView(snapshot)
-        return view
-
-    def _take_snapshot(self, view: LMView, snapshot: LMSnapshot, now: float) -> bool:
-        view.last_heard = max(view.last_heard, now)
-        return view.apply(snapshot)
-
     def _on_tick(self, event: Tick, now: float) -> list[Command]:
+        self.view.update_reachability(now, self.config.lm_timeout)
         return []
 
     # -- task events --------------------------------------------------------------------------
@@ -656,8 +591,7 @@ class GlobalMaster:
     def _move(self, task: TaskRecord, new: TaskState, reason: Reason, stimulus_id: str,
               now: float, detail: str = "") -> None:
         check_transition(TASK_TRANSITIONS, task.spec.task_id, task.state, new, self.log)
-        self.log.record(now, stimulus_id, task.spec.task_id, task.state, new,
-                        detail or str(reason))
+        self.log.record(now, stimulus_id, task.spec.task_id, task.state, new, detail or reason)
         task.state, task.reason = new, reason
 
     def _move_job(self, job: JobRecord, new: JobState, stimulus_id: str, now: float) -> None:
@@ -723,15 +657,15 @@ class GlobalMaster:
 
     # -- recovery after a restart -----------------------------------------------------------------
 
-    def _adopt_running(self, view: LMView, stimulus_id: str, now: float,
+    def _adopt_running(self, slot: LMSlot, stimulus_id: str, now: float,
                        commands: list[Command]) -> None:
         """Attempts this GM launched before a restart keep running: take them back."""
-        for info in view.running:
+        for info in slot.running:
             if info.gm != self.gm or info.attempt_id in self._attempts:
                 continue
             task_id = info.attempt_id.rpartition("#")[0]
-            self._orphans[task_id] = (info.attempt_id, view.lm,
-                                      view.topology.node_ids[info.node_index])
+            self._orphans[task_id] = (info.attempt_id, slot.lm,
+                                      slot.topology.node_ids[info.node_index])
             task = self._tasks.get(task_id)
             if task is not None:
                 self._adopt_orphan(task, stimulus_id, now, commands)
@@ -784,19 +718,20 @@ class GlobalMaster:
         spec = task.spec
         nodes = up = constraint_ok = cpu_ok = fits = internal = 0
         lacking: Counter[int] = Counter()
-        for view in self.views.values():
-            topology, state = view.topology, view.state
+        for slot in self.view.order:
+            topology = slot.topology
+            free_cpu, free_mem, node_up = self.view.free_of(slot)
             nodes += len(topology)
-            up += state.up.count()
+            up += node_up.count()
             for c in spec.constraints:
                 lacking[c] += len(topology) - topology.constraint_vectors[c].count()
-            mask = topology.mask_for(spec.constraints) & state.up
+            mask = topology.mask_for(spec.constraints) & node_up
             constraint_ok += mask.count()
             g = topology.gm_index.get(self.gm)
             for i in mask.search(1):
-                if state.free_cpu[i] >= spec.demand.cpu_m:
+                if free_cpu[i] >= spec.demand.cpu_m:
                     cpu_ok += 1
-                    if state.free_mem[i] >= spec.demand.mem_mib:
+                    if free_mem[i] >= spec.demand.mem_mib:
                         fits += 1
                         internal += g is not None and topology.owner[i] == g
         return {
@@ -834,7 +769,7 @@ class GlobalMaster:
                 if placed and (task.live is None or self._attempts.get(task.live) is not task):
                     raise InvariantViolated(f"{self.gm}: {task.spec.task_id} is {task.state} "
                                             f"without a live attempt")
-        reserved = {rid for view in self.views.values() for rid in view.inflight}
+        reserved = set(self.view.inflight)
         if not reserved <= set(self._requests):
             raise InvariantViolated(f"{self.gm}: reservations outlive their requests: "
                                     f"{sorted(reserved - set(self._requests))}")

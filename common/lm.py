@@ -123,7 +123,7 @@ class LocalMaster:
             self._apply_item(event.stimulus_id, event.gm, event.kind, item, now, commands)
             for item in event.placements
         )
-        commands.append(ReplyToGM(event.gm, event.request_id, results, self.snapshot()))
+        commands.append(ReplyToGM(event.gm, event.request_id, results, self.reply_snapshot()))
         return commands
 
     def _apply_item(
@@ -207,7 +207,7 @@ class LocalMaster:
         else:
             commands.append(Log("preemption_refused", self._fields(item, reason=str(reason))))
         result = LaunchResult(item.attempt_id, item.task.task_id, item.node_id, reason)
-        commands.append(ReplyToGM(event.gm, event.request_id, (result,), self.snapshot()))
+        commands.append(ReplyToGM(event.gm, event.request_id, (result,), self.reply_snapshot()))
         return commands
 
     def _preempt_verdict(self, event: PreemptRequested, kind: RequestKind, i: int) -> Reason:
@@ -395,9 +395,16 @@ class LocalMaster:
 
     # -- state out -------------------------------------------------------------------------------
 
+    def reply_snapshot(self) -> LMSnapshot:
+        """The state a reply carries: resources and liveness, not the running list."""
+        self.seq += 1
+        return LMSnapshot(self.lm, self.epoch, self.seq, self.topology,
+                          tuple(self.state.free_cpu), tuple(self.state.free_mem),
+                          frozenbitarray(self.state.up), None)
+
     def snapshot(self) -> LMSnapshot:
         """The full partition state; cached until something changes, so idle is cheap."""
-        if self._snapshot_cache is None:
+        if self._snapshot_cache is None or self._snapshot_cache.seq != self.seq:
             self.seq += 1
             self._snapshot_cache = LMSnapshot(
                 lm=self.lm,

@@ -17,7 +17,10 @@ class RequestKind(StrEnum):
     REPARTITION = "repartition"  # into another GM's partition, as a logical node
 
 
-@dataclass(frozen=True, slots=True)
+# Records made once per task on the placement hot path are not `frozen`: a frozen
+# dataclass's __init__ costs five times a plain one (1.1 us against 0.24 us for seven
+# fields, measured here), which is a tenth of a GM decision. Nothing mutates them.
+@dataclass(slots=True)
 class Placement:
     """One launch item: run this attempt of a task on that node for that GM."""
 
@@ -30,7 +33,7 @@ class Placement:
     pilot: bool = False  # a slearn pilot task: a worker runs these first
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LaunchResult:
     attempt_id: str
     task_id: str

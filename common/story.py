@@ -33,12 +33,14 @@ class Transition:
 
 class TransitionLog:
     def __init__(self, maxlen: int = 100_000) -> None:
-        self._entries: deque[Transition] = deque(maxlen=maxlen)
+        # Plain tuples, turned into `Transition`s only when a story is asked for: recording
+        # sits on the placement hot path.
+        self._entries: deque[tuple] = deque(maxlen=maxlen)
 
     def record(
         self, ts: float, stimulus_id: str, entity: str, old: str, new: str, detail: str = ""
     ) -> None:
-        self._entries.append(Transition(ts, stimulus_id, entity, old, new, detail))
+        self._entries.append((ts, stimulus_id, entity, old, new, detail))
 
     def story(self, *keys: str) -> list[dict]:
         """Entries whose entity or stimulus is one of `keys`, or whose entity starts with
@@ -46,11 +48,9 @@ class TransitionLog:
         wanted = set(keys)
         prefixes = tuple(f"{key}/" for key in keys)
         return [
-            entry.as_dict()
+            Transition(*entry).as_dict()
             for entry in self._entries
-            if entry.entity in wanted
-            or entry.stimulus_id in wanted
-            or entry.entity.startswith(prefixes)
+            if entry[2] in wanted or entry[1] in wanted or entry[2].startswith(prefixes)
         ]
 
     def __len__(self) -> int:

@@ -326,7 +326,8 @@ class LMSnapshotWire(WireModel):
     free_cpu: list[Annotated[int, Field(strict=True)]]
     free_mem: list[Annotated[int, Field(strict=True)]]
     up: Annotated[str, Field(pattern=r"^[0-9a-f]*$")]  # hex, see the module docstring
-    running: list[RunningWire] = Field(default_factory=list)
+    # None: this snapshot does not list running attempts (LM replies); heartbeats always do.
+    running: list[RunningWire] | None = None
 
     @field_validator("free_cpu", "free_mem")
     @classmethod
@@ -348,9 +349,11 @@ class LMSnapshotWire(WireModel):
 
     @field_validator("running")
     @classmethod
-    def _on_known_nodes(cls, running: list[RunningWire], info: ValidationInfo) -> list[RunningWire]:
+    def _on_known_nodes(
+        cls, running: list[RunningWire] | None, info: ValidationInfo
+    ) -> list[RunningWire] | None:
         count = _node_count(info)
-        if count is not None:
+        if count is not None and running is not None:
             for index, item in enumerate(running):
                 if item.node_index >= count:
                     raise ValueError(
@@ -439,7 +442,9 @@ def snapshot_to_wire(snapshot: LMSnapshot) -> LMSnapshotWire:
         free_cpu=list(snapshot.free_cpu),
         free_mem=list(snapshot.free_mem),
         up=up_to_hex(snapshot.up),
-        running=[
+        running=None
+        if snapshot.running is None
+        else [
             RunningWire(
                 attempt_id=r.attempt_id,
                 node_index=r.node_index,
@@ -464,7 +469,9 @@ def snapshot_from_wire(wire: LMSnapshotWire, cache: TopologyCache) -> LMSnapshot
         free_cpu=tuple(wire.free_cpu),
         free_mem=tuple(wire.free_mem),
         up=up_from_hex(wire.up, len(wire.nodes)),
-        running=tuple(
+        running=None
+        if wire.running is None
+        else tuple(
             RunningInfo(
                 attempt_id=r.attempt_id,
                 node_index=r.node_index,

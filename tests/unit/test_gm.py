@@ -1,0 +1,287 @@
+"""The GM: validation at submission, placement flows, policies, recovery. Real cores wired
+by the in-process harness (tests/harness.py); deliveries are explicit where order matters."""
+
+from __future__ import annotations
+
+import pytest
+from harness import Federation
+
+from common.commands import SendLaunch
+from common.errors import InvalidInput
+from common.events import JobSubmitted, LMRequestFailed, PreemptRequested
+from common.gm import GlobalMaster, GMConfig
+from common.lifecycle import TaskState
+from common.messages import RequestKind
+from common.models import JobSpec, TaskSpec
+from common.policies.fairness import UserQueue
+from common.reasons import Reason
+from common.resources import Resources
+
+NO_CONSTRAINTS = frozenset()
+
+
+def job(job_id: str, user: str, width: int, cpu: int = 1000, mem: int = 1024,
+        constraints: frozenset[int] = NO_CONSTRAINTS, duration: float = 1.0) -> JobSpec:
+    tasks = tuple(TaskSpec(f"{job_id}/{i}", job_id, Resources(cpu, mem), constraints, duration)
+                  for i in range(width))
+    return JobSpec(job_id, user, tasks, 0.0)
+
+
+def started(fed: Federation) -> Federation:
+    fed.tick()
+    fed.run_until_quiet()
+    return fed
+
+
+def events(fed: Federation, name: str) -> list[dict]:
+    return [log.fields for _, log in fed.logs if log.event == name]
+
+
+# -- submission ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad,field",
+    [
+        (job("j", "u1", 1, constraints=frozenset({21})), "tasks[0].constraints"),
+        (job("j", "u1", 1, cpu=0), "tasks[0].demand.cpu_m"),
+        (job("j", "u1", 1, mem=-5), "tasks[0].demand.mem_mib"),
+        (job("j", "u1", 1, cpu=10**6), "tasks[0]"),  # larger than every node
+        (job("j", "u9", 1), "user"),  # a queue this GM does not serve
+        (JobSpec("j", "u1", (TaskSpec("j/0", "j", Resources(1, 1)),) * 2, 0.0),
+         "tasks[1].task_id"),
+        (JobSpec("j", "u1", (), 0.0), "tasks"),
+    ],
+)
+def test_bad_jobs_are_refused_naming_the_field_and_change_nothing(bad, field) -> None:
+    fed = started(Federation.simple(constraints=NO_CONSTRAINTS))
+    gm = fed.gms["gm-1"]
+    with pytest.raises(InvalidInput) as error:
+        fed.submit("gm-1", bad)
+    assert error.value.field == field
+    assert gm.jobs == {} and not fed.network and gm.pending_count() == 0
+
+
+def test_unsatisfiable_constraints_are_refused_with_a_reason() -> None:
+    fed = started(Federation.simple(constraints=frozenset({1})))
+    with pytest.raises(InvalidInput, match=r"no node in the federation satisfies constraints"):
+        fed.submit("gm-1", job("j", "u1", 1, constraints=frozenset({1, 2})))
+
+
+def test_submission_is_idempotent_on_the_job_id() -> None:
+    fed = started(Federation.simple(constraints=NO_CONSTRAINTS))
+    fed.submit("gm-1", job("j", "u1", 2))
+    launches = len(fed.network)
+    fed.submit("gm-1", job("j", "u1", 2))
+    assert len(fed.network) == launches
+    assert events(fed, "job_duplicate") == [{"job": "j", "user": "u1"}]
+
+
+def test_a_task_id_of_another_job_is_refused() -> None:
+    fed = started(Federation.simple(constraints=NO_CONSTRAINTS))
+    fed.submit("gm-1", job("j", "u1", 1))
+    other = JobSpec("k", "u1", (TaskSpec("j/0", "k", Resources(1, 1)),), 0.0)
+    with pytest.raises(InvalidInput, match="already belongs to job 'j'"):
+        fed.submit("gm-1", other)
+
+
+# -- placement -------------------------------------------------------------------------------
+
+
+def test_internal_partitions_are_searched_round_robin_across_lms() -> None:
+    fed = started(Federation.simple(num_lms=3, nodes_per_lm=4, constraints=NO_CONSTRAINTS))
+    fed.submit("gm-1", job("j", "u1", 6))
+    sent = [m.event for m in fed.network]
+    assert sorted(e.gm for e in sent) == ["gm-1"] * 3
+    assert sorted(len(e.placements) for e in sent) == [2, 2, 2]  # batched per LM
+    assert all(e.kind is RequestKind.LAUNCH for e in sent)
+    fed.drain()
+    assert [(e.job_id, e.state) for e in fed.ended_jobs] == [("j", "done")]
+
+
+def test_external_partitions_are_used_through_repartition_when_internal_is_full() -> None:
+    # one LM, 2 nodes: n0 is gm-1's, n1 is gm-2's; each node takes one 4000m task
+    fed = started(Federation.simple(num_lms=1, nodes_per_lm=2, constraints=NO_CONSTRAINTS,
+                                    capacity=Resources(4000, 4096)))
+    fed.submit("gm-1", job("j", "u1", 2, cpu=4000))
+    kinds = sorted(str(m.event.kind) for m in fed.network)
+    assert kinds == ["launch", "repartition"]
+    fed.run_until_quiet()
+    lm = fed.lms["lm-1"]
+    assert sorted(a.logical for a in lm.running.values()) == [False, True]
+    assert events(fed, "repartition")[0]["from_gm"] == "gm-2"
+
+
+def test_a_stale_launch_is_refused_requeued_in_front_and_placed_from_the_fresh_view() -> None:
+    fed = started(Federation.simple(num_lms=1, nodes_per_lm=2, constraints=NO_CONSTRAINTS,
+                                    capacity=Resources(4000, 4096)))
+    # both GMs believe n1 (gm-2's) is free: gm-1 repartitions into it, gm-2 launches there
+    fed.submit("gm-2", job("b", "u2", 1, cpu=4000))
+    fed.submit("gm-1", job("a", "u1", 2, cpu=4000))  # n0 internal + n1 external
+    order = [m.event.gm for m in fed.network]
+    fed.deliver(order.index("gm-1"))  # gm-1's requests reach the LM first
+    fed.run_until_quiet()
+    refused = events(fed, "launch_refused")
+    assert [r["reason"] for r in refused] == ["stale_view"]
+    requeued = events(fed, "task_requeued")
+    assert requeued[0]["reason"] == "stale_view"
+    loser = fed.gms[refused[0]["gm"]]
+    task = loser._tasks[refused[0]["task"]]
+    assert task.state is TaskState.PENDING and task.reason is Reason.NO_CAPACITY
+    fed.drain()
+    assert sorted(e.job_id for e in fed.ended_jobs) == ["a", "b"]
+
+
+def test_request_failure_requeues_and_a_late_finish_of_the_old_attempt_wins() -> None:
+    fed = started(Federation.simple(num_lms=2, nodes_per_lm=2, constraints=NO_CONSTRAINTS))
+    gm = fed.gms["gm-1"]
+    fed.submit("gm-1", job("j", "u1", 1))
+    [message] = fed.network
+    fed.deliver(0)  # the LM launches it ...
+    reply = fed.network.pop(next(i for i, m in enumerate(fed.network) if m.role == "gm"))
+    del reply  # ... but its answer is lost: the driver reports the request failed
+    commands = gm.handle(LMRequestFailed("lost", message.target, message.event.request_id),
+                         fed.now)
+    relaunch = [c for c in commands if isinstance(c, SendLaunch)]
+    assert relaunch and relaunch[0].placements[0].attempt_id.endswith(".2")
+    for c in commands:
+        fed._route("gm", "gm-1", c)
+    fed.run_until_quiet()
+    first = message.event.placements[0].attempt_id
+    fed.finish(first)  # the first attempt finishes first: it completes the task
+    fed.run_until_quiet()
+    assert [f["attempt"] for f in events(fed, "task_done")] == [first]
+    assert any(log.event == "task_cancelled" for _, log in fed.logs)  # the copy was stopped
+    fed.drain()
+    assert [e.job_id for e in fed.ended_jobs] == ["j"]
+    assert len(events(fed, "task_done")) == 1
+
+
+def test_best_fit_packs_onto_the_fullest_node() -> None:
+    fed = Federation.simple(num_gms=1, num_lms=1, nodes_per_lm=3, constraints=NO_CONSTRAINTS)
+    gm = fed.gms["gm-1"]
+    object.__setattr__(gm.config, "best_fit", True)
+    started(fed)
+    fed.submit("gm-1", job("a", "u1", 1, cpu=3000))
+    fed.run_until_quiet()
+    fed.submit("gm-1", job("b", "u1", 1, cpu=1000))
+    placed = events(fed, "task_placed")
+    assert placed[0]["node"] == placed[1]["node"]
+
+
+# -- why is it pending ------------------------------------------------------------------------
+
+
+def test_explain_counts_what_filters_the_nodes() -> None:
+    fed = started(Federation.simple(num_gms=1, num_lms=1, nodes_per_lm=4,
+                                    constraints=NO_CONSTRAINTS))
+    fed.submit("gm-1", job("big", "u1", 4, cpu=4000))
+    fed.run_until_quiet()
+    fed.submit("gm-1", job("late", "u1", 1, cpu=1000))
+    gm = fed.gms["gm-1"]
+    task = gm._tasks["late/0"]
+    assert task.state is TaskState.PENDING and task.reason is Reason.NO_CAPACITY
+    why = gm.explain("late/0")
+    assert why["nodes"] == 4 and why["nodes_satisfying_constraints"] == 4
+    assert why["with_enough_cpu"] == 0
+    assert gm.job_status("late")["tasks"][0]["reason"] == "no_capacity"
+    story = gm.story("late/0")
+    assert story[0]["entity"] == "late/0"
+
+
+# -- slearn --------------------------------------------------------------------------------------
+
+
+def test_slearn_runs_pilots_first_then_orders_by_estimated_remaining_work() -> None:
+    fed = started(Federation.simple(num_gms=1, num_lms=1, nodes_per_lm=2, job_policy="slearn",
+                                    constraints=NO_CONSTRAINTS))
+    gm = fed.gms["gm-1"]
+    object.__setattr__(gm.config, "work_conserving", False)
+    fed.submit("gm-1", job("wide", "u1", 40))
+    progress = gm.jobs["wide"].progress
+    assert len(progress.pilots) == 1  # 3% of 40, at least one
+    placed = events(fed, "task_placed")
+    assert len(placed) == 1 and int(placed[0]["task"].split("/")[1]) in progress.pilots
+    [message] = fed.network
+    assert message.event.placements[0].pilot
+    fed.run_until_quiet()
+    fed.finish(placed[0]["attempt"], runtime=2.5)
+    fed.run_until_quiet()
+    assert progress.estimated_task_duration == 2.5
+    assert gm.job_status("wide")["estimated_remaining_work"] == pytest.approx(2.5 * 39)
+    fed.drain()
+    assert [e.job_id for e in fed.ended_jobs] == ["wide"]
+
+
+def test_slearn_thin_jobs_go_first_and_work_conservation_runs_held_tasks() -> None:
+    fed = started(Federation.simple(num_gms=1, num_lms=1, nodes_per_lm=4, job_policy="slearn",
+                                    constraints=NO_CONSTRAINTS))
+    gm = fed.gms["gm-1"]
+    fed.submit("gm-1", job("wide", "u1", 10, cpu=2000))
+    placed = events(fed, "task_placed")
+    assert len(placed) == 8  # 1 pilot, then held tasks fill the idle nodes (2 per node)
+    fed.submit("gm-1", job("thin", "u1", 2))
+    assert gm.jobs["thin"].key < gm.jobs["wide"].key
+
+
+# -- fairness -------------------------------------------------------------------------------------
+
+
+def test_a_queue_below_its_share_preempts_the_queue_furthest_above_its_share() -> None:
+    queues = [UserQueue("u1", 0.5, "gm-1"), UserQueue("u2", 0.5, "gm-2")]
+    fed = started(Federation.simple(num_lms=1, nodes_per_lm=2, constraints=NO_CONSTRAINTS,
+                                    queues=queues, capacity=Resources(4000, 4096)))
+    fed.submit("gm-2", job("hog", "u2", 2, cpu=4000))
+    fed.run_until_quiet()
+    fed.tick(1.0)
+    fed.run_until_quiet()  # heartbeats tell gm-1 what runs where
+    assert fed.gms["gm-1"].usage()["u2"] == 1.0
+    fed.submit("gm-1", job("fair", "u1", 1, cpu=4000))
+    [request] = [m.event for m in fed.network if isinstance(m.event, PreemptRequested)]
+    assert len(request.victims) == 1
+    fed.run_until_quiet()
+    preempted = [log.fields["attempt"] for _, log in fed.logs if log.event == "task_preempted"]
+    assert preempted == list(request.victims)
+    fed.drain()
+    assert sorted(e.job_id for e in fed.ended_jobs) == ["fair", "hog"]
+
+
+def test_a_queue_at_its_share_waits_instead_of_preempting() -> None:
+    queues = [UserQueue("u1", 0.5, "gm-1"), UserQueue("u2", 0.5, "gm-2")]
+    fed = started(Federation.simple(num_lms=1, nodes_per_lm=2, constraints=NO_CONSTRAINTS,
+                                    queues=queues, capacity=Resources(4000, 4096)))
+    fed.submit("gm-1", job("mine", "u1", 1, cpu=4000))
+    fed.submit("gm-2", job("theirs", "u2", 1, cpu=4000))
+    fed.run_until_quiet()
+    fed.tick(1.0)
+    fed.run_until_quiet()
+    fed.submit("gm-1", job("more", "u1", 1, cpu=4000))
+    assert not [m for m in fed.network if isinstance(m.event, PreemptRequested)]
+    assert not events(fed, "preemption_requested")
+    assert fed.gms["gm-1"]._tasks["more/0"].reason is Reason.NO_CAPACITY
+
+
+# -- recovery --------------------------------------------------------------------------------------
+
+
+def test_a_restarted_gm_rebuilds_its_view_and_adopts_running_tasks() -> None:
+    fed = started(Federation.simple(num_lms=2, nodes_per_lm=2, constraints=NO_CONSTRAINTS))
+    spec = job("j", "u1", 3)
+    fed.submit("gm-1", spec)
+    fed.run_until_quiet()
+    running = set(fed.executing)
+    assert len(running) == 3
+    # gm-1 dies; a new incarnation starts with no state, replays the durable job ...
+    config = fed.gm_configs[0]
+    fresh = GlobalMaster(GMConfig(config.gm_id, config.queues, epoch=1),
+                         topologies=fed.topologies)
+    fed.gms["gm-1"] = fresh
+    fed.tick(1.0)
+    fed.run_until_quiet()  # ... its view comes from heartbeats
+    assert set(fresh.view.slots) == {"lm-1", "lm-2"}
+    commands = fresh.handle(JobSubmitted("replay", spec), fed.now)
+    assert not [c for c in commands if isinstance(c, SendLaunch)]  # nothing launched twice
+    assert all(t.state is TaskState.LAUNCHED for t in fresh.jobs["j"].tasks)
+    fed.drain()
+    assert [e.job_id for e in fed.ended_jobs] == ["j"]
+    assert len(fed.finished_reports) == 3

@@ -1,0 +1,224 @@
+"""The LM as the judge of GM decisions: event in, commands out, truth never over-committed."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.cluster import ClusterTopology
+from common.commands import (
+    Log,
+    PublishHeartbeat,
+    PublishTaskEvent,
+    ReplyToGM,
+    StartOnWorker,
+    StopOnWorker,
+)
+from common.events import (
+    CancelRequested,
+    LaunchRequested,
+    PreemptRequested,
+    Tick,
+    WorkerHeartbeat,
+    WorkerTaskFinished,
+    WorkerTaskStarted,
+)
+from common.lm import LocalMaster
+from common.messages import Placement, RequestKind
+from common.models import NodeSpec, TaskSpec
+from common.reasons import Reason
+from common.resources import Resources
+
+GMS = ["gm-1", "gm-2"]
+
+
+def topology(nodes: int = 4, cpu: int = 4000, mem: int = 4096) -> ClusterTopology:
+    """Nodes n0..n{k}; the first half is gm-1's partition, the second gm-2's.
+    Odd nodes carry constraint 3; workers w0 (even nodes) and w1 (odd nodes)."""
+    specs = [
+        NodeSpec(f"n{i}", "lm-1", f"w{i % 2}", Resources(cpu, mem),
+                 frozenset({3}) if i % 2 else frozenset())
+        for i in range(nodes)
+    ]
+    return ClusterTopology("lm-1", specs, GMS)
+
+
+def item(attempt: str, node: str, gm: str = "gm-1", cpu: int = 1000, mem: int = 1024,
+         constraints: frozenset[int] = frozenset(), user: str = "u1") -> Placement:
+    task_id = attempt.split("#")[0]
+    task = TaskSpec(task_id, task_id.split("/")[0], Resources(cpu, mem), constraints, 5.0)
+    return Placement(attempt, task, node, gm, user)
+
+
+def launch(lm: LocalMaster, *items: Placement, gm: str = "gm-1",
+           kind: RequestKind = RequestKind.LAUNCH, now: float = 0.0) -> list:
+    commands = lm.handle(LaunchRequested("s", gm, "r1", kind, items), now)
+    lm.validate()
+    return commands
+
+
+def reply(commands: list) -> ReplyToGM:
+    [answer] = [c for c in commands if isinstance(c, ReplyToGM)]
+    return answer
+
+
+def reasons(commands: list) -> list[Reason]:
+    return [r.reason for r in reply(commands).results]
+
+
+def test_launch_into_own_partition_starts_on_the_hosting_worker() -> None:
+    lm = LocalMaster(topology())
+    commands = launch(lm, item("j/0#0.1", "n0"))
+    assert reasons(commands) == [Reason.LAUNCHED]
+    [start] = [c for c in commands if isinstance(c, StartOnWorker)]
+    assert start.worker == "w0" and start.placement.attempt_id == "j/0#0.1"
+    assert reply(commands).snapshot.free_cpu[0] == 3000
+    assert reply(commands).snapshot.running is None  # replies leave the running list out
+
+
+def test_never_over_commits_whatever_the_gm_asks() -> None:
+    lm = LocalMaster(topology())
+    items = [item(f"j/{k}#0.1", "n0", cpu=1500) for k in range(4)]
+    assert reasons(launch(lm, *items)) == [Reason.LAUNCHED, Reason.LAUNCHED,
+                                           Reason.STALE_VIEW, Reason.STALE_VIEW]
+    assert lm.state.free_cpu[0] == 1000
+
+
+def test_each_check_has_its_reason() -> None:
+    lm = LocalMaster(topology())
+    commands = launch(
+        lm,
+        item("a/0#0.1", "n3"),  # gm-2's node, asked as an internal launch
+        item("a/1#0.1", "nowhere"),
+        item("a/2#0.1", "n0", constraints=frozenset({3})),  # n0 lacks constraint 3
+        item("a/3#0.1", "n0", cpu=5000),
+    )
+    assert reasons(commands) == [Reason.NOT_OWNER, Reason.UNKNOWN_NODE,
+                                 Reason.CONSTRAINT_MISMATCH, Reason.STALE_VIEW]
+    assert not [c for c in commands if isinstance(c, StartOnWorker)]
+    assert lm.running == {}
+
+
+def test_launch_ids_are_idempotent() -> None:
+    lm = LocalMaster(topology())
+    first = launch(lm, item("j/0#0.1", "n0"))
+    again = launch(lm, item("j/0#0.1", "n0"))
+    elsewhere = launch(lm, item("j/0#0.1", "n1"))
+    assert reasons(first) == [Reason.LAUNCHED]
+    assert reasons(again) == [Reason.ALREADY_RUNNING]  # a retried request: not run twice
+    assert reasons(elsewhere) == [Reason.DUPLICATE]
+    assert not [c for c in again + elsewhere if isinstance(c, StartOnWorker)]
+    lm.handle(WorkerTaskFinished("f", "w0", "j/0#0.1", 5.0), 1.0)
+    assert reasons(launch(lm, item("j/0#0.1", "n0"))) == [Reason.DUPLICATE]
+
+
+def test_repartition_moves_exactly_the_requested_resources_and_gives_them_back() -> None:
+    lm = LocalMaster(topology())
+    commands = launch(lm, item("j/0#0.1", "n3", gm="gm-1", cpu=1500, mem=512), gm="gm-1",
+                      kind=RequestKind.REPARTITION)
+    assert reasons(commands) == [Reason.LAUNCHED]
+    assert lm.running["j/0#0.1"].logical
+    assert (lm.state.free_cpu[3], lm.state.free_mem[3]) == (2500, 3584)
+    assert any(isinstance(c, Log) and c.event == "repartition" and c.fields["from_gm"] == "gm-2"
+               for c in commands)
+    # a repartition into the requester's own node is refused: it should be a plain launch
+    own = launch(lm, item("j/1#0.1", "n0"), kind=RequestKind.REPARTITION)
+    assert reasons(own) == [Reason.OWNED_BY_REQUESTER]
+    done = lm.handle(WorkerTaskFinished("f", "w1", "j/0#0.1", 5.0), 2.0)
+    lm.validate()
+    assert (lm.state.free_cpu[3], lm.state.free_mem[3]) == (4000, 4096)
+    [event] = [c for c in done if isinstance(c, PublishTaskEvent)]
+    assert event.gm == "gm-1" and event.event.kind is Reason.FINISHED
+
+
+def test_preemption_is_verified_against_the_truth() -> None:
+    lm = LocalMaster(topology())
+    launch(lm, item("big/0#0.1", "n2", gm="gm-2", cpu=4000, user="u2"), gm="gm-2")
+    gone = lm.handle(PreemptRequested("p", "gm-1", "r2", item("x/0#0.1", "n2", cpu=2000),
+                                      ("nope#0.1",)), 1.0)
+    assert reasons(gone) == [Reason.VICTIM_GONE]
+    assert "big/0#0.1" in lm.running
+    too_big = lm.handle(PreemptRequested("p", "gm-1", "r3", item("x/0#0.1", "n0", cpu=2000),
+                                         ("big/0#0.1",)), 1.0)
+    assert reasons(too_big) == [Reason.VICTIM_GONE]  # the victim runs on n2, not n0
+    ok = lm.handle(PreemptRequested("p", "gm-1", "r4", item("x/0#0.1", "n2", cpu=2000),
+                                    ("big/0#0.1",)), 1.0)
+    lm.validate()
+    assert reasons(ok) == [Reason.LAUNCHED]
+    assert lm.running["x/0#0.1"].logical  # n2 belongs to gm-2
+    [stop] = [c for c in ok if isinstance(c, StopOnWorker)]
+    assert stop.attempt_id == "big/0#0.1" and stop.reason is Reason.PREEMPTED
+    [told] = [c for c in ok if isinstance(c, PublishTaskEvent)]
+    assert told.gm == "gm-2" and told.event.kind is Reason.PREEMPTED
+
+
+def test_preemption_refused_when_victims_would_not_make_room() -> None:
+    lm = LocalMaster(topology())
+    launch(lm, item("a/0#0.1", "n2", gm="gm-2", cpu=1000), item("b/0#0.1", "n2", gm="gm-2",
+                                                                 cpu=3000), gm="gm-2")
+    answer = lm.handle(PreemptRequested("p", "gm-1", "r", item("x/0#0.1", "n2", cpu=3000),
+                                        ("a/0#0.1",)), 1.0)
+    assert reasons(answer) == [Reason.VICTIMS_INSUFFICIENT]
+    assert set(lm.running) == {"a/0#0.1", "b/0#0.1"}
+
+
+def test_silent_worker_marks_its_nodes_down_and_reports_tasks_lost() -> None:
+    lm = LocalMaster(topology(), worker_timeout=3.0)
+    launch(lm, item("j/0#0.1", "n0"), item("j/1#0.1", "n1"))
+    lm.handle(WorkerHeartbeat("h", "w1", tuple(a.placement for a in lm.running.values()
+                                                if a.placement.node_id == "n1")), 2.0)
+    commands = lm.handle(Tick("t"), 3.5)
+    lm.validate()
+    lost = [c.event for c in commands if isinstance(c, PublishTaskEvent)]
+    assert [e.attempt_id for e in lost] == ["j/0#0.1"] and lost[0].kind is Reason.LOST
+    assert not lm.state.up[0] and not lm.state.up[2] and lm.state.up[1]
+    assert reasons(launch(lm, item("k/0#0.1", "n0"), now=3.5)) == [Reason.NODE_DOWN]
+    lm.handle(WorkerHeartbeat("h", "w0", ()), 4.0)
+    assert lm.state.up[0]
+    assert reasons(launch(lm, item("k/1#0.1", "n0"), now=4.0)) == [Reason.LAUNCHED]
+
+
+def test_a_restarted_lm_recovers_running_tasks_from_its_workers() -> None:
+    before = LocalMaster(topology())
+    launch(before, item("j/0#0.1", "n0", cpu=3000), item("j/1#0.1", "n3", gm="gm-2"),
+           gm="gm-1")
+    running_w0 = tuple(a.placement for a in before.running.values()
+                       if a.placement.node_id == "n0")
+    after = LocalMaster(topology(), epoch=1, recovering=True, worker_timeout=3.0)
+    assert reasons(launch(after, item("k/0#0.1", "n0"))) == [Reason.LM_RECOVERING]
+    after.handle(WorkerHeartbeat("h", "w0", running_w0), 0.5)
+    after.handle(WorkerHeartbeat("h", "w1", ()), 0.6)
+    after.validate()
+    assert not after.recovering and "j/0#0.1" in after.running
+    assert reasons(launch(after, item("k/0#0.1", "n0", cpu=2000), now=1.0)) == [
+        Reason.STALE_VIEW]  # the adopted task still holds 3000 of n0's 4000
+
+
+def test_heartbeats_fall_due_and_versions_only_grow() -> None:
+    lm = LocalMaster(topology(), heartbeat_interval=1.0)
+    first = [c for c in lm.handle(Tick("t"), 0.0) if isinstance(c, PublishHeartbeat)]
+    assert len(first) == 1 and first[0].snapshot.running == ()
+    assert not [c for c in lm.handle(Tick("t"), 0.5) if isinstance(c, PublishHeartbeat)]
+    answer = reply(launch(lm, item("j/0#0.1", "n0"), now=0.6)).snapshot
+    [second] = [c for c in lm.handle(Tick("t"), 1.0) if isinstance(c, PublishHeartbeat)]
+    assert first[0].snapshot.version < answer.version < second.snapshot.version
+    assert [r.attempt_id for r in second.snapshot.running] == ["j/0#0.1"]
+
+
+def test_cancel_by_the_owner_stops_the_attempt() -> None:
+    lm = LocalMaster(topology())
+    launch(lm, item("j/0#0.1", "n0"))
+    lm.handle(WorkerTaskStarted("s", "w0", "j/0#0.1"), 0.1)
+    assert lm.handle(CancelRequested("c", "gm-2", "j/0#0.1"), 0.2)[0].event == "cancel_ignored"
+    commands = lm.handle(CancelRequested("c", "gm-1", "j/0#0.1"), 0.2)
+    lm.validate()
+    assert any(isinstance(c, StopOnWorker) for c in commands) and lm.running == {}
+    assert lm.story("j/0#0.1")[-1]["new"] == "cancelled"
+
+
+@pytest.mark.parametrize("field,value", [("cpu_m", 0), ("mem_mib", -1)])
+def test_topology_refuses_bad_nodes(field: str, value: int) -> None:
+    from common.errors import InvalidInput
+
+    capacity = {"cpu_m": 1000, "mem_mib": 1000, field: value}
+    with pytest.raises(InvalidInput, match=field):
+        ClusterTopology("lm", [NodeSpec("n0", "lm", "w", Resources(**capacity))], GMS)
