@@ -79,6 +79,7 @@ class GMConfig:
 
 
 _PLACEMENT_COUNTER = {kind: f"placements_total.{kind}" for kind in RequestKind}
+_KIND_NAME = {kind: str(kind) for kind in RequestKind}
 
 
 # -- the GM's records --------------------------------------------------------------------------
@@ -142,6 +143,8 @@ class GlobalMaster:
         self.own_queues = {q.name for q in config.queues if q.gm == config.gm_id}
         self.view = FederationView(self.gm)
         self._topologies = {topology.lm: topology for topology in topologies}
+        self._federation: ClusterTopology | None = None
+        self._federation_key: tuple = ()
         self.jobs: dict[str, JobRecord] = {}
         self._ended_jobs: OrderedDict[str, None] = OrderedDict()
         self._ended_jobs_kept = ended_jobs_kept
@@ -227,30 +230,39 @@ class GlobalMaster:
             served = ", ".join(sorted(self.own_queues)) or "none"
             raise InvalidInput("user", f"queue {job.user!r} is not served by {self.gm} "
                                        f"(it serves: {served})")
-        topologies = self._known_topologies()
+        federation = self._federation_topology()
+        checked: set[tuple] = set()
         for index, task in enumerate(job.tasks):
             other = self._tasks.get(task.task_id)
             if other is not None and other.job.spec.job_id != job.job_id:
                 raise InvalidInput(f"tasks[{index}].task_id",
                                    f"{task.task_id!r} already belongs to job "
                                    f"{other.job.spec.job_id!r}")
-            if topologies and not any(
-                t.can_ever_run(task.constraints, task.demand.cpu_m, task.demand.mem_mib)
-                for t in topologies
-            ):
-                raise InvalidInput(f"tasks[{index}]", self._infeasible_reason(task, topologies))
+            shape = task.shape
+            if federation is None or shape in checked:
+                continue
+            if not federation.can_ever_run(*shape):
+                raise InvalidInput(f"tasks[{index}]", self._infeasible_reason(task, federation))
+            checked.add(shape)
 
-    def _known_topologies(self) -> list[ClusterTopology]:
+    def _federation_topology(self) -> ClusterTopology | None:
+        """Every LM this GM knows of (configured or heard from), merged: one feasibility check
+        per task shape instead of one per LM. Rebuilt only when the set of topologies moves."""
         known = dict(self._topologies)
         known.update((lm, slot.topology) for lm, slot in self.view.slots.items())
-        return list(known.values())
+        key = tuple(id(known[lm]) for lm in sorted(known))
+        if key != self._federation_key:
+            self._federation_key = key
+            self._federation = (ClusterTopology.merge([known[lm] for lm in sorted(known)])
+                                if known else None)
+        return self._federation
 
     @staticmethod
-    def _infeasible_reason(task: TaskSpec, topologies: list[ClusterTopology]) -> str:
-        matching = sum(t.mask_for(task.constraints).count() for t in topologies)
+    def _infeasible_reason(task: TaskSpec, federation: ClusterTopology) -> str:
+        matching = federation.mask_for(task.constraints).count()
         if matching == 0:
-            rarest = min(task.constraints, key=lambda c: sum(
-                t.constraint_vectors[c].count() for t in topologies))
+            rarest = min(task.constraints,
+                         key=lambda c: federation.constraint_vectors[c].count())
             return (f"no node in the federation satisfies constraints "
                     f"{sorted(task.constraints)} (rarest: {rarest})")
         return (f"asks cpu_m={task.demand.cpu_m}, mem_mib={task.demand.mem_mib}, more than any "
@@ -364,7 +376,7 @@ class GlobalMaster:
         commands.append(Log("task_placed", {
             "attempt": attempt_id, "task": task.spec.task_id, "job": task.job.spec.job_id,
             "user": task.job.spec.user, "gm": self.gm, "lm": task.lm, "node": task.node,
-            "kind": kind.value, "request": request_id}))
+            "kind": _KIND_NAME[kind], "request": request_id}))
 
     def _new_attempt(self, task: TaskRecord) -> str:
         task.attempts += 1
@@ -590,7 +602,8 @@ class GlobalMaster:
 
     def _move(self, task: TaskRecord, new: TaskState, reason: Reason, stimulus_id: str,
               now: float, detail: str = "") -> None:
-        check_transition(TASK_TRANSITIONS, task.spec.task_id, task.state, new, self.log)
+        if new not in TASK_TRANSITIONS[task.state]:
+            check_transition(TASK_TRANSITIONS, task.spec.task_id, task.state, new, self.log)
         self.log.record(now, stimulus_id, task.spec.task_id, task.state, new, detail or reason)
         task.state, task.reason = new, reason
 

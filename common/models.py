@@ -69,7 +69,10 @@ def validate_job(job: JobSpec, num_constraints: int = DEFAULT_NUM_CONSTRAINTS) -
         seen.add(task.task_id)
         if task.job_id != job.job_id:
             raise InvalidInput(f"{where}.job_id", f"{task.job_id!r} is not {job.job_id!r}")
-        task.demand.validate_demand(f"{where}.demand")
+        demand = task.demand
+        if not (type(demand.cpu_m) is int and type(demand.mem_mib) is int
+                and demand.cpu_m > 0 and demand.mem_mib > 0):
+            demand.validate_demand(f"{where}.demand")  # raises, naming the field
         for constraint in task.constraints:
             if not (isinstance(constraint, int) and 0 <= constraint < num_constraints):
                 raise InvalidInput(
