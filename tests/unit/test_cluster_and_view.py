@@ -1,0 +1,149 @@
+"""The match on bit-vectors, availability thresholds, merged topologies and the GM's view."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from bitarray import frozenbitarray
+
+from common.cluster import ClusterState, ClusterTopology, LMSnapshot
+from common.constraint_model import (
+    MACHINE_CONSTRAINT_PERCENT,
+    machine_constraints,
+    task_constraints,
+)
+from common.errors import InvalidInput
+from common.models import NodeSpec
+from common.resources import Resources
+from common.view import FederationView
+
+GMS = ["gm-1", "gm-2"]
+
+
+def topology(lm: str, constraints: list[set[int]], cpu: int = 4000, mem: int = 4096):
+    nodes = [NodeSpec(f"{lm}/n{i}", lm, f"{lm}/w", Resources(cpu, mem), frozenset(c))
+             for i, c in enumerate(constraints)]
+    return ClusterTopology(lm, nodes, GMS)
+
+
+def snapshot(t: ClusterTopology, seq: int, free_cpu=None, free_mem=None, epoch: int = 0,
+             running=()) -> LMSnapshot:
+    size = len(t)
+    up = frozenbitarray("1" * size)
+    return LMSnapshot(t.lm, epoch, seq, t, tuple(free_cpu or t.cap_cpu),
+                      tuple(free_mem or t.cap_mem), up, running)
+
+
+def test_match_is_the_and_of_constraint_partition_and_availability_vectors() -> None:
+    t = topology("lm", [{1}, {1, 2}, {2}, {1, 2}])  # n0,n1 gm-1's; n2,n3 gm-2's
+    state = ClusterState(t)
+    internal = t.partition_mask(frozenset({1, 2}), 0, True)
+    external = t.partition_mask(frozenset({1, 2}), 0, False)
+    assert internal.to01() == "0100" and external.to01() == "0001"
+    assert state.find(internal, 1000, 1000) == 1
+    state.take(1, 4000, 1000)
+    assert not state.available[1]
+    assert state.find(internal, 1000, 1000) == -1
+    assert state.find(external, 1000, 1000) == 3
+
+
+def test_several_tasks_share_a_node_while_they_fit_and_first_fit_wraps_from_start() -> None:
+    t = topology("lm", [set()] * 3)
+    state = ClusterState(t)
+    everywhere = t.mask_for(frozenset())
+    placed = []
+    for _ in range(4):
+        i = state.find(everywhere, 2000, 1000)
+        state.take(i, 2000, 1000)
+        placed.append(i)
+    assert placed == [0, 0, 1, 1]
+    assert state.find(everywhere, 1000, 1000, start=2) == 2
+    state.take(2, 4000, 0)
+    assert state.find(everywhere, 4000, 1000, start=2) == -1
+
+
+def test_best_fit_leaves_the_least_room() -> None:
+    t = topology("lm", [set()] * 3)
+    state = ClusterState(t)
+    state.take(0, 1000, 1000)
+    state.take(2, 3000, 3000)
+    everywhere = t.mask_for(frozenset())
+    assert state.find(everywhere, 1000, 1000) == 0
+    assert state.find(everywhere, 1000, 1000, best_fit=True) == 2
+
+
+def test_availability_threshold_hides_slivers_but_never_a_node_that_fits() -> None:
+    t = topology("lm", [set()] * 2)
+    state = ClusterState(t, min_cpu=1000, min_mem=1000)
+    state.take(0, 3500, 0)  # 500 left: useless for every task seen so far
+    assert state.available.to01() == "01"
+    state.lower_thresholds(500, 500)  # a smaller task arrives
+    assert state.available.to01() == "11"
+    assert state.find(t.mask_for(frozenset()), 500, 500) == 0
+
+
+def test_unknown_constraint_ids_and_duplicate_nodes_are_refused() -> None:
+    t = topology("lm", [set()])
+    with pytest.raises(InvalidInput, match="unknown constraint id 30"):
+        t.mask_for(frozenset({30}))
+    with pytest.raises(InvalidInput, match="duplicate node id"):
+        ClusterTopology("lm", [NodeSpec("n", "lm", "w", Resources(1, 1))] * 2, GMS)
+
+
+def test_merge_keeps_order_vectors_and_partitions() -> None:
+    a = topology("a", [{1}, set()])
+    b = ClusterTopology("b", [NodeSpec("b/n0", "b", "w", Resources(1, 1), frozenset({1}))],
+                        list(reversed(GMS)))  # b lists the GMs the other way round
+    merged = ClusterTopology.merge([a, b])
+    assert merged.node_ids == ("a/n0", "a/n1", "b/n0")
+    assert merged.constraint_vectors[1].to01() == "101"
+    assert merged.owned[merged.gm_index["gm-1"]].to01() == "100"
+    assert merged.owned[merged.gm_index["gm-2"]].to01() == "011"
+
+
+def test_view_keeps_newer_snapshots_only_and_reapplies_its_own_reservations() -> None:
+    a = topology("a", [set()] * 2)
+    b = topology("b", [set()] * 2)
+    view = FederationView("gm-1")
+    view.expect_demand(1000, 1000)
+    assert view.apply(snapshot(a, 1), 0.0) and view.apply(snapshot(b, 1), 0.0)
+    k, i = view.find(frozenset(), 1000, 1000, internal=True, start_slot=1)
+    assert view.order[k].lm == "b" and i == 0  # round-robin: started at b
+    view.reserve("r1", view.order[k], i, 3000, 1000)
+    assert view.apply(snapshot(b, 2, free_cpu=[2000, 4000]), 0.5)
+    assert view.state.free_cpu[2] == -1000  # pessimistic until r1 is answered
+    assert not view.apply(snapshot(b, 1), 0.6)  # older: ignored
+    view.release("r1")
+    assert view.state.free_cpu[2:4] == [2000, 4000]
+    # a restarted LM (new epoch) starts a new sequence and is still newer
+    assert view.apply(snapshot(b, 1, epoch=1), 0.7)
+    assert view.state.free_cpu[2] == 4000
+
+
+def test_unreachable_lms_are_left_out_until_heard_from() -> None:
+    a = topology("a", [set()] * 2)
+    b = topology("b", [set()] * 2)
+    view = FederationView("gm-1")
+    view.expect_demand(1, 1)
+    view.apply(snapshot(a, 1), 0.0)
+    view.apply(snapshot(b, 1), 4.0)
+    view.update_reachability(now=6.0, timeout=5.0)
+    assert not view.slots["a"].reachable and view.slots["b"].reachable
+    k, _ = view.find(frozenset(), 1, 1, internal=True, start_slot=0)
+    assert view.order[k].lm == "b"
+    view.apply(snapshot(a, 1), 6.5)  # heard again (even an old snapshot says it is alive)
+    assert view.slots["a"].reachable
+
+
+def test_constraint_model_frequencies_match_the_published_vector() -> None:
+    rng = random.Random(7)
+    machines = [machine_constraints(rng) for _ in range(20_000)]
+    for j, percent in enumerate(MACHINE_CONSTRAINT_PERCENT):
+        observed = 100 * sum(j in m for m in machines) / len(machines)
+        assert observed == pytest.approx(percent, abs=1.5)
+    tasks = [task_constraints(rng) for _ in range(20_000)]
+    mean = sum(len(t) for t in tasks) / len(tasks)
+    assert mean == pytest.approx(1.86, abs=0.1)  # WORKLOADS.md: about 1.86 per task
+    unconstrained = sum(not t for t in tasks) / len(tasks)
+    assert unconstrained == pytest.approx(0.14, abs=0.02)

@@ -1,0 +1,87 @@
+"""Job policies (fifo, slearn) and fairness (Algorithm 2) as plain objects."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from common.cluster import RunningInfo
+from common.errors import InvalidInput
+from common.policies.fairness import (
+    FairShare,
+    UserQueue,
+    choose_victims,
+    dominant_usage,
+    make_fairness_policy,
+)
+from common.policies.job import JobProgress, SLearnPolicy, make_job_policy
+
+
+def progress(tasks: int, seq: int = 1) -> JobProgress:
+    return JobProgress(num_tasks=tasks, seq=seq, arrival=0.0, trace_estimate=None)
+
+
+def test_unknown_policies_are_named_in_the_error() -> None:
+    with pytest.raises(InvalidInput, match="unknown policy 'lifo'.*fifo, slearn"):
+        make_job_policy("lifo")
+    with pytest.raises(InvalidInput, match="fairness"):
+        make_fairness_policy("drf", [])
+
+
+def test_slearn_samples_three_percent_at_least_one_and_skips_thin_jobs() -> None:
+    policy = SLearnPolicy()
+    rng = random.Random(1)
+    thin, wide, wider = progress(2), progress(40), progress(1000)
+    for job in (thin, wide, wider):
+        policy.admit(job, rng)
+    assert thin.pilots == frozenset() and len(wide.pilots) == 1 and len(wider.pilots) == 30
+    assert policy.order_key(thin) < policy.order_key(wide)  # thin jobs go first
+
+
+def test_slearn_estimates_from_the_mean_pilot_runtime_then_orders_by_remaining_work() -> None:
+    policy = SLearnPolicy(sampling_ratio=0.1)
+    short, long = progress(20, seq=1), progress(20, seq=2)
+    for job in (short, long):
+        policy.admit(job, random.Random(3))
+    sampling_key = policy.order_key(long)
+    runtimes = {"short": [1.0, 3.0], "long": [10.0, 30.0]}
+    for job, name in ((short, "short"), (long, "long")):
+        pilots = sorted(job.pilots)
+        assert policy.task_finished(job, pilots[0], runtimes[name][0]) is False
+        assert policy.task_finished(job, pilots[1], runtimes[name][1]) is True  # released
+        job.done = 2
+    assert short.estimated_task_duration == 2.0 and long.estimated_task_duration == 20.0
+    assert short.estimated_remaining_work == 2.0 * 18
+    assert policy.order_key(short) < policy.order_key(long)
+    assert sampling_key < policy.order_key(short)  # sampling jobs rank above estimated ones
+    assert policy.task_finished(short, 5, 100.0) is False  # non-pilots do not move it
+
+
+def test_fair_share_takes_from_the_largest_violation_first() -> None:
+    queues = [UserQueue("q1", 0.10, "gm-1"), UserQueue("q2", 0.25, "gm-2"),
+              UserQueue("q3", 0.15, "gm-2"), UserQueue("q4", 0.50, "gm-3")]
+    fair = FairShare(queues)
+    usage = {"q1": 0.02, "q2": 0.30, "q3": 0.40, "q4": 0.28}
+    assert fair.victim_queues("q1", usage) == ["q3", "q2"]
+    assert fair.victim_queues("q3", usage) == []  # above its share: it waits
+    assert fair.victim_queues("q1", {"q1": 0.10}) == []
+
+
+def test_queue_shares_are_validated() -> None:
+    with pytest.raises(InvalidInput, match=r"queues\[1\].share"):
+        FairShare([UserQueue("a", 0.5, "g"), UserQueue("b", 0.0, "g")])
+    with pytest.raises(InvalidInput, match="add up to"):
+        FairShare([UserQueue("a", 0.7, "g"), UserQueue("b", 0.7, "g")])
+    with pytest.raises(InvalidInput, match="duplicate queue"):
+        FairShare([UserQueue("a", 0.2, "g"), UserQueue("a", 0.2, "g")])
+
+
+def test_victims_are_the_fewest_that_make_room_and_usage_is_dominant_share() -> None:
+    running = [RunningInfo(f"v{k}", 0, "gm-2", "q2", cpu, 100, False)
+               for k, cpu in enumerate((500, 2000, 1000))]
+    assert choose_victims(running, 500, 1000, 2400, 100) == ("v1",)
+    assert choose_victims(running, 0, 1000, 3000, 100) == ("v1", "v2")
+    assert choose_victims(running, 0, 0, 5000, 100) is None
+    usage = dominant_usage(running, total_cpu=10_000, total_mem=600)
+    assert usage == {"q2": pytest.approx(0.5)}  # memory (300 of 600) dominates cpu (0.35)
