@@ -50,10 +50,11 @@ from common.lifecycle import (
 from common.messages import Placement, RequestKind, TaskEvent
 from common.models import DEFAULT_NUM_CONSTRAINTS, JobSpec, TaskSpec, validate_job
 from common.policies.fairness import (
+    Usage,
     UserQueue,
     choose_victims,
-    dominant_usage,
     make_fairness_policy,
+    queue_usage,
 )
 from common.policies.job import JobProgress, make_job_policy
 from common.reasons import Reason
@@ -121,6 +122,21 @@ class InflightRequest:
     attempts: list[str]
 
 
+@dataclass(slots=True)
+class PendingPreemption:
+    """A preemption this GM asked for, until the LM's next heartbeat shows its outcome.
+
+    Until then its victims stay claimed (the view's running list still shows them, so
+    without the claim the GM would name them again) and its effect on the queues' usage is
+    added to what the last heartbeats say (so a burst of decisions cannot overshoot).
+    """
+
+    lm: str
+    victims: tuple[str, ...]
+    usage_change: dict[str, tuple[float, float]]
+    answered: bool = False
+
+
 # -- the state machine --------------------------------------------------------------------------
 
 
@@ -154,7 +170,7 @@ class GlobalMaster:
         self._order: SortedList = SortedList()  # (key, job id) of jobs with pending tasks
         self._held_jobs: dict[str, JobRecord] = {}  # jobs with held tasks, in arrival order
         self._orphans: dict[str, tuple[str, str, str]] = {}  # task id -> (attempt, lm, node)
-        self._victims_claimed: set[str] = set()
+        self._preemptions: dict[str, PendingPreemption] = {}  # by request id
         self._job_seq = 0
         self._request_seq = 0
         self._rr_internal = 0
@@ -403,33 +419,56 @@ class GlobalMaster:
                      commands: list[Command]) -> bool:
         if self.config.fairness == "none":
             return False
+        total_cpu, total_mem = self._federation_size()
         usage = self.usage()
         spec = task.spec
-        for victim_queue in self.fairness.victim_queues(task.job.spec.user, usage):
+        demand = (spec.demand.cpu_m / total_cpu, spec.demand.mem_mib / total_mem)
+        claimed = {v for p in self._preemptions.values() for v in p.victims}
+        for victim_queue in self.fairness.victim_queues(task.job.spec.user, usage, demand):
             for slot in self.view.order:
                 if not slot.reachable:
                     continue
-                found = self._victims_in(slot, spec, victim_queue)
-                if found is not None:
-                    i, victims = found
-                    self._preempt(task, slot, i, victims, stimulus_id, now, commands)
+                found = self._victims_in(slot, spec, victim_queue, claimed)
+                if found is None:
+                    continue
+                i, victims = found
+                freed = self._fractions(slot, i, victims)
+                if self.fairness.may_take(victim_queue, usage, freed):
+                    change = {task.job.spec.user: demand,
+                              victim_queue: (-freed[0], -freed[1])}
+                    self._preempt(task, slot, i, victims, change, stimulus_id, now, commands)
                     return True
         return False
 
-    def usage(self) -> dict[str, float]:
-        """Each queue's dominant share of the federation, as this GM's view sees it."""
-        slots = self.view.order
-        total_cpu = sum(sum(slot.topology.cap_cpu) for slot in slots) or 1
-        total_mem = sum(sum(slot.topology.cap_mem) for slot in slots) or 1
-        return dominant_usage(self.view.running(), total_cpu, total_mem)
+    def usage(self) -> Usage:
+        """Each queue's (cpu, memory) fractions of the federation as this GM sees them: the
+        LMs' last heartbeats plus the preemptions it asked for since."""
+        total_cpu, total_mem = self._federation_size()
+        usage = queue_usage(self.view.running(), total_cpu, total_mem)
+        for pending in self._preemptions.values():
+            for queue, (cpu, mem) in pending.usage_change.items():
+                used = usage.get(queue, (0.0, 0.0))
+                usage[queue] = (used[0] + cpu, used[1] + mem)
+        return usage
 
-    def _victims_in(self, slot: LMSlot, spec: TaskSpec, victim_queue: str):
+    def _federation_size(self) -> tuple[int, int]:
+        topology = self.view.topology
+        if topology is None:
+            return 1, 1
+        return sum(topology.cap_cpu) or 1, sum(topology.cap_mem) or 1
+
+    def _fractions(self, slot: LMSlot, i: int, victims: tuple[str, ...]) -> tuple[float, float]:
+        total_cpu, total_mem = self._federation_size()
+        chosen = [info for info in slot.running_on(i) if info.attempt_id in victims]
+        return (sum(info.cpu_m for info in chosen) / total_cpu,
+                sum(info.mem_mib for info in chosen) / total_mem)
+
+    def _victims_in(self, slot: LMSlot, spec: TaskSpec, victim_queue: str, claimed: set[str]):
         free_cpu, free_mem, up = self.view.free_of(slot)
         mask = slot.topology.mask_for(spec.constraints) & up
         for i in mask.search(1):
             candidates = [info for info in slot.running_on(i)
-                          if info.user == victim_queue
-                          and info.attempt_id not in self._victims_claimed]
+                          if info.user == victim_queue and info.attempt_id not in claimed]
             if not candidates:
                 continue
             victims = choose_victims(candidates, free_cpu[i], free_mem[i],
@@ -439,15 +478,15 @@ class GlobalMaster:
         return None
 
     def _preempt(self, task: TaskRecord, slot: LMSlot, i: int, victims: tuple[str, ...],
-                 stimulus_id: str, now: float, commands: list[Command]) -> None:
+                 usage_change: dict[str, tuple[float, float]], stimulus_id: str, now: float,
+                 commands: list[Command]) -> None:
         request_id = self._new_request(slot.lm)
         demand = task.spec.demand
-        freed = {info.attempt_id: info for info in slot.running_on(i)}
+        # Only the demand is reserved, not the victims' release: a reservation is re-applied
+        # on every newer snapshot, and one taken after the LM stopped the victims would free
+        # them twice (an optimistic view). Until the answer the node looks over-full instead.
         self.view.reserve(request_id, slot, i, demand.cpu_m, demand.mem_mib)
-        for victim in victims:
-            info = freed[victim]
-            self.view.reserve(request_id, slot, i, -info.cpu_m, -info.mem_mib)
-        self._victims_claimed.update(victims)
+        self._preemptions[request_id] = PendingPreemption(slot.lm, victims, usage_change)
         attempt_id = self._new_attempt(task)
         self._requests[request_id].attempts.append(attempt_id)
         task.lm, task.node = slot.lm, slot.topology.node_ids[i]
@@ -469,8 +508,8 @@ class GlobalMaster:
         self.view.release(event.request_id)
         self.view.apply(event.snapshot, now)
         self._view_generation += 1  # released reservations may have made room
+        self._preemption_answered(event.request_id)
         for result in event.results:
-            self._victims_claimed.discard(result.attempt_id)
             task = self._attempts.get(result.attempt_id)
             if task is None or task.live != result.attempt_id:
                 continue
@@ -490,6 +529,7 @@ class GlobalMaster:
         commands: list[Command] = []
         if request is None:
             return commands
+        self._preemption_answered(event.request_id)
         self.view.release(event.request_id)
         self._view_generation += 1
         for attempt_id in request.attempts:
@@ -503,9 +543,21 @@ class GlobalMaster:
         commands: list[Command] = []
         if self.view.apply(event.snapshot, now):
             self._view_generation += 1
+            self._settle_preemptions(event.snapshot.lm)
             self._adopt_running(self.view.slots[event.snapshot.lm], event.stimulus_id, now,
                                 commands)
         return commands
+
+    def _preemption_answered(self, request_id: str) -> None:
+        pending = self._preemptions.get(request_id)
+        if pending is not None:
+            pending.answered = True
+
+    def _settle_preemptions(self, lm: str) -> None:
+        """A heartbeat lists what really runs on `lm`: answered preemptions there are in it."""
+        for request_id in [rid for rid, p in self._preemptions.items()
+                           if p.lm == lm and p.answered]:
+            del self._preemptions[request_id]
 
     def _on_tick(self, event: Tick, now: float) -> list[Command]:
         self.view.update_reachability(now, self.config.lm_timeout)

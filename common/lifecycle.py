@@ -29,10 +29,16 @@ class JobState(StrEnum):
     FAILED = "failed"
 
 
+# A task waiting again (PENDING or HELD) may still finish: an attempt the GM gave up on (its
+# request went unanswered, or its node was reported lost) can complete after all, and the
+# first attempt to finish wins.
 TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
-    TaskState.PENDING: frozenset({TaskState.PLACING, TaskState.HELD, TaskState.FAILED}),
-    TaskState.HELD: frozenset({TaskState.PENDING, TaskState.PLACING, TaskState.FAILED}),
-    # a late completion of an attempt the GM had given up on still finishes the task
+    TaskState.PENDING: frozenset(
+        {TaskState.PLACING, TaskState.HELD, TaskState.DONE, TaskState.FAILED}
+    ),
+    TaskState.HELD: frozenset(
+        {TaskState.PENDING, TaskState.PLACING, TaskState.DONE, TaskState.FAILED}
+    ),
     TaskState.PLACING: frozenset(
         {TaskState.LAUNCHED, TaskState.RUNNING, TaskState.PENDING, TaskState.DONE,
          TaskState.FAILED}

@@ -58,7 +58,8 @@ class LocalMaster:
     and their attempts reported lost (the testbed uses three heartbeat intervals). A
     restarted LM is built with `recovering=True`: it refuses launches until every worker has
     reported what it runs (or `worker_timeout` passes), so it cannot over-commit a node
-    whose running tasks it has not yet learnt.
+    whose running tasks it has not yet learnt. Meanwhile its snapshots show the nodes of
+    workers not yet heard from as down, so GMs do not keep asking.
     """
 
     def __init__(
@@ -90,6 +91,9 @@ class LocalMaster:
         self._worker_seen: dict[str, float] = dict.fromkeys(self._worker_nodes, now)
         self._unheard_workers: set[str] = set(self._worker_nodes) if recovering else set()
         self._recovery_deadline = now + worker_timeout if recovering else None
+        if recovering:
+            for i in range(len(topology)):
+                self.state.set_up(i, False)
         self.log = TransitionLog(story_len)
         self._snapshot_cache: LMSnapshot | None = None
         self._handlers: dict[type, Callable[..., list[Command]]] = {
@@ -139,6 +143,8 @@ class LocalMaster:
         reason = self._verdict(gm, kind, item, i)
         if reason is Reason.LAUNCHED:
             self._start(stimulus_id, item, i, kind is RequestKind.REPARTITION, now, commands)
+        elif reason is Reason.ALREADY_RUNNING:
+            commands.append(Log("launch_repeated", self._fields(item)))
         else:
             commands.append(Log("launch_refused", self._fields(item, reason=str(reason))))
         return LaunchResult(item.attempt_id, item.task.task_id, item.node_id, reason)
@@ -204,6 +210,8 @@ class LocalMaster:
                           detail=f"for {item.attempt_id} of {event.gm}")
             self._start(event.stimulus_id, item, i, kind is RequestKind.REPARTITION, now,
                         commands)
+        elif reason is Reason.ALREADY_RUNNING:
+            commands.append(Log("launch_repeated", self._fields(item)))
         else:
             commands.append(Log("preemption_refused", self._fields(item, reason=str(reason))))
         result = LaunchResult(item.attempt_id, item.task.task_id, item.node_id, reason)
@@ -213,6 +221,8 @@ class LocalMaster:
     def _preempt_verdict(self, event: PreemptRequested, kind: RequestKind, i: int) -> Reason:
         """Verify the victims against the truth, then the item as if they were gone."""
         item = event.placement
+        if item.attempt_id in self.running or item.attempt_id in self._ended:
+            return self._verdict(event.gm, kind, item, i)  # a retry: never applied twice
         freed_cpu = freed_mem = 0
         for victim in event.victims:
             attempt = self.running.get(victim)

@@ -187,12 +187,8 @@ class FederationView:
     # -- reservations ---------------------------------------------------------------
 
     def reserve(self, request_id: str, slot: LMSlot, i: int, cpu_m: int, mem_mib: int) -> None:
-        """Count a planned launch (negative amounts: planned preemptions) until answered."""
-        gi = slot.offset + i
-        if cpu_m >= 0 and mem_mib >= 0:
-            self.state.take(gi, cpu_m, mem_mib)
-        else:
-            self.state.give(gi, -cpu_m, -mem_mib)
+        """Count a planned launch until its request is answered (or given up)."""
+        self.state.take(slot.offset + i, cpu_m, mem_mib)
         entry = self.inflight.get(request_id)
         if entry is None:
             entry = self.inflight[request_id] = (slot.lm, [])
@@ -206,11 +202,7 @@ class FederationView:
         if slot is None:
             return
         for i, cpu, mem in entry[1]:
-            gi = slot.offset + i
-            if cpu >= 0 and mem >= 0:
-                self.state.give(gi, cpu, mem)
-            else:
-                self.state.take(gi, -cpu, -mem)
+            self.state.give(slot.offset + i, cpu, mem)
 
     # -- reading ---------------------------------------------------------------
 

@@ -6,13 +6,19 @@ otherwise the task waits. Usage is a queue's dominant share of the federation: t
 its fractions of all cpu and of all memory (so a memory-heavy queue cannot hide behind a
 small cpu footprint).
 
+One deliberate tightening of the paper's rule, against oscillation: a preemption happens
+only if the requesting queue stays within its share with the new task, and the victims'
+queue stays at or above its share without the victims. Without it two queues near their
+shares preempt each other back and forth, every round trip, while their GMs' usage figures
+(from heartbeats) lag behind.
+
 The GM proposes victims from its possibly stale view; the LM verifies them against the truth
 before anything is stopped (`LocalMaster._preempt_verdict`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from common.cluster import RunningInfo
@@ -40,22 +46,41 @@ def validate_queues(queues: Sequence[UserQueue]) -> None:
         raise InvalidInput("queues", f"shares add up to {total:.3f}, more than 1")
 
 
-def dominant_usage(
-    running: Iterable[RunningInfo], total_cpu: int, total_mem: int
-) -> dict[str, float]:
+Usage = dict[str, tuple[float, float]]  # queue -> (fraction of all cpu, of all memory)
+NONE_USED = (0.0, 0.0)
+_SLACK = 1e-9  # float sums of fractions: a queue exactly at its share is at its share
+
+
+def queue_usage(running: Iterable[RunningInfo], total_cpu: int, total_mem: int) -> Usage:
     cpu: dict[str, int] = {}
     mem: dict[str, int] = {}
     for info in running:
         cpu[info.user] = cpu.get(info.user, 0) + info.cpu_m
         mem[info.user] = mem.get(info.user, 0) + info.mem_mib
-    return {user: max(cpu[user] / total_cpu, mem[user] / total_mem) for user in cpu}
+    return {user: (cpu[user] / total_cpu, mem[user] / total_mem) for user in cpu}
+
+
+def dominant(used: tuple[float, float]) -> float:
+    return max(used)
+
+
+def dominant_usage(
+    running: Iterable[RunningInfo], total_cpu: int, total_mem: int
+) -> dict[str, float]:
+    return {user: dominant(used) for user, used in queue_usage(running, total_cpu,
+                                                               total_mem).items()}
 
 
 class NoPreemption:
     name = "none"
 
-    def victim_queues(self, user: str, usage: Mapping[str, float]) -> list[str]:
+    def victim_queues(
+        self, user: str, usage: Usage, demand: tuple[float, float] = NONE_USED
+    ) -> list[str]:
         return []
+
+    def may_take(self, queue: str, usage: Usage, freed: tuple[float, float]) -> bool:
+        return False
 
 
 class FairShare:
@@ -67,17 +92,28 @@ class FairShare:
         validate_queues(queues)
         self.shares = {queue.name: queue.share for queue in queues}
 
-    def victim_queues(self, user: str, usage: Mapping[str, float]) -> list[str]:
-        """Queues to take from, largest violation first; empty if `user` is not below share."""
+    def victim_queues(
+        self, user: str, usage: Usage, demand: tuple[float, float] = NONE_USED
+    ) -> list[str]:
+        """Queues to take from, largest violation first; empty unless `user` is below its
+        share and stays within it with a task of `demand` (fractions of cpu and memory)."""
         share = self.shares.get(user)
-        if share is None or usage.get(user, 0.0) >= share:
+        mine = usage.get(user, NONE_USED)
+        if share is None or dominant(mine) >= share:
+            return []
+        if max(mine[0] + demand[0], mine[1] + demand[1]) > share + _SLACK:
             return []
         over = [
-            (usage.get(other, 0.0) - other_share, other)
+            (dominant(usage.get(other, NONE_USED)) - other_share, other)
             for other, other_share in self.shares.items()
-            if other != user and usage.get(other, 0.0) > other_share
+            if other != user and dominant(usage.get(other, NONE_USED)) > other_share
         ]
         return [other for _, other in sorted(over, reverse=True)]
+
+    def may_take(self, queue: str, usage: Usage, freed: tuple[float, float]) -> bool:
+        """Whether `queue` stays at or above its share after losing `freed`."""
+        used = usage.get(queue, NONE_USED)
+        return max(used[0] - freed[0], used[1] - freed[1]) >= self.shares[queue] - _SLACK
 
 
 def choose_victims(

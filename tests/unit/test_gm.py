@@ -235,7 +235,7 @@ def test_a_queue_below_its_share_preempts_the_queue_furthest_above_its_share() -
     fed.run_until_quiet()
     fed.tick(1.0)
     fed.run_until_quiet()  # heartbeats tell gm-1 what runs where
-    assert fed.gms["gm-1"].usage()["u2"] == 1.0
+    assert max(fed.gms["gm-1"].usage()["u2"]) == 1.0  # cpu dominates
     fed.submit("gm-1", job("fair", "u1", 1, cpu=4000))
     [request] = [m.event for m in fed.network if isinstance(m.event, PreemptRequested)]
     assert len(request.victims) == 1

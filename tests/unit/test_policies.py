@@ -62,10 +62,19 @@ def test_fair_share_takes_from_the_largest_violation_first() -> None:
     queues = [UserQueue("q1", 0.10, "gm-1"), UserQueue("q2", 0.25, "gm-2"),
               UserQueue("q3", 0.15, "gm-2"), UserQueue("q4", 0.50, "gm-3")]
     fair = FairShare(queues)
-    usage = {"q1": 0.02, "q2": 0.30, "q3": 0.40, "q4": 0.28}
-    assert fair.victim_queues("q1", usage) == ["q3", "q2"]
+    usage = {"q1": (0.02, 0.01), "q2": (0.30, 0.1), "q3": (0.1, 0.40), "q4": (0.28, 0.2)}
+    assert fair.victim_queues("q1", usage) == ["q3", "q2"]  # memory makes q3 the largest
     assert fair.victim_queues("q3", usage) == []  # above its share: it waits
-    assert fair.victim_queues("q1", {"q1": 0.10}) == []
+    assert fair.victim_queues("q1", {"q1": (0.10, 0.0)}) == []
+
+
+def test_no_preemption_that_would_only_swap_who_is_over_share() -> None:
+    fair = FairShare([UserQueue("a", 0.5, "g1"), UserQueue("b", 0.5, "g2")])
+    usage = {"a": (0.4, 0.0), "b": (0.6, 0.0)}
+    assert fair.victim_queues("a", usage, demand=(0.1, 0.0)) == ["b"]
+    assert fair.victim_queues("a", usage, demand=(0.2, 0.0)) == []  # a would exceed 0.5
+    assert fair.may_take("b", usage, freed=(0.1, 0.0))
+    assert not fair.may_take("b", usage, freed=(0.2, 0.0))  # b would fall below 0.5
 
 
 def test_queue_shares_are_validated() -> None:
