@@ -72,6 +72,9 @@ class GMConfig:
     best_fit: bool = False
     work_conserving: bool = True  # slearn: idle capacity may run held tasks
     lm_timeout: float = 5.0  # an LM silent this long is left out of searches
+    # A launched attempt that its LM's heartbeats stop listing for this long is taken as
+    # lost (its end was never reported: the LM restarted, say) and its task is requeued.
+    attempt_grace: float = 3.0
     max_failures: int = 3  # worker-reported failures of one task before its job fails
     max_losses: int = 20  # node losses and unanswered requests tolerated per task
     num_constraints: int = DEFAULT_NUM_CONSTRAINTS
@@ -81,6 +84,7 @@ class GMConfig:
 
 _PLACEMENT_COUNTER = {kind: f"placements_total.{kind}" for kind in RequestKind}
 _KIND_NAME = {kind: str(kind) for kind in RequestKind}
+_LAUNCHED_STATES = frozenset({TaskState.LAUNCHED, TaskState.RUNNING})
 
 
 # -- the GM's records --------------------------------------------------------------------------
@@ -101,6 +105,8 @@ class TaskRecord:
     failures: int = 0
     losses: int = 0
     runtime: float | None = None
+    launched_at: tuple[int, int] | None = None  # the LM's version when it took the attempt
+    missing_since: float | None = None  # first heartbeat that no longer listed it
 
 
 @dataclass(slots=True, eq=False)
@@ -171,6 +177,7 @@ class GlobalMaster:
         self._held_jobs: dict[str, JobRecord] = {}  # jobs with held tasks, in arrival order
         self._orphans: dict[str, tuple[str, str, str]] = {}  # task id -> (attempt, lm, node)
         self._preemptions: dict[str, PendingPreemption] = {}  # by request id
+        self._live_on: dict[str, dict[str, TaskRecord]] = {}  # lm -> launched attempts there
         self._job_seq = 0
         self._request_seq = 0
         self._rr_internal = 0
@@ -514,6 +521,7 @@ class GlobalMaster:
             if task is None or task.live != result.attempt_id:
                 continue
             if result.accepted:
+                task.launched_at = event.snapshot.version
                 if task.state is TaskState.PLACING:
                     self._move(task, TaskState.LAUNCHED, Reason.LAUNCHED, event.stimulus_id,
                                now, f"{event.lm}/{result.node_id}")
@@ -534,7 +542,8 @@ class GlobalMaster:
         self._view_generation += 1
         for attempt_id in request.attempts:
             task = self._attempts.get(attempt_id)
-            if task is not None and task.live == attempt_id:
+            # a start already reported means the LM did take it: nothing to retry
+            if task is not None and task.live == attempt_id and task.state is TaskState.PLACING:
                 task.losses += 1
                 self._requeue(task, event.reason, event.stimulus_id, now, commands)
         return commands
@@ -546,7 +555,33 @@ class GlobalMaster:
             self._settle_preemptions(event.snapshot.lm)
             self._adopt_running(self.view.slots[event.snapshot.lm], event.stimulus_id, now,
                                 commands)
+        # an idle LM repeats the same snapshot: its running list still counts for leases
+        self._check_leases(event.snapshot, event.stimulus_id, now, commands)
         return commands
+
+    def _check_leases(self, snapshot, stimulus_id: str, now: float,
+                      commands: list[Command]) -> None:
+        """Requeue launched attempts the LM has stopped listing for `attempt_grace` seconds.
+
+        Normally an attempt's end arrives as a task event; this catches the ends nobody
+        reported (an LM restarted while its worker finished or dropped the task). A finish
+        that does arrive later still completes the task: the first attempt to finish wins.
+        """
+        live = self._live_on.get(snapshot.lm)
+        if not live or snapshot.running is None:
+            return
+        listed = {info.attempt_id for info in snapshot.running if info.gm == self.gm}
+        for attempt_id, task in list(live.items()):
+            if attempt_id in listed or task.launched_at is None:
+                task.missing_since = None
+                continue
+            if task.launched_at >= snapshot.version:
+                continue  # this heartbeat was taken before the LM accepted the attempt
+            if task.missing_since is None:
+                task.missing_since = now
+            elif now - task.missing_since >= self.config.attempt_grace:
+                task.losses += 1
+                self._requeue(task, Reason.LOST, stimulus_id, now, commands)
 
     def _preemption_answered(self, request_id: str) -> None:
         pending = self._preemptions.get(request_id)
@@ -576,6 +611,9 @@ class GlobalMaster:
         if report.kind is Reason.STARTED:
             if task.live == report.attempt_id and task.state in (TaskState.PLACING,
                                                                  TaskState.LAUNCHED):
+                if task.launched_at is None:  # the start overtook the LM's answer
+                    slot = self.view.slots.get(report.lm)
+                    task.launched_at = slot.version if slot is not None else (-1, -1)
                 self._move(task, TaskState.RUNNING, Reason.STARTED, event.stimulus_id, now)
                 if task.job.state is JobState.PENDING:
                     self._move_job(task.job, JobState.RUNNING, event.stimulus_id, now)
@@ -654,10 +692,21 @@ class GlobalMaster:
 
     def _move(self, task: TaskRecord, new: TaskState, reason: Reason, stimulus_id: str,
               now: float, detail: str = "") -> None:
-        if new not in TASK_TRANSITIONS[task.state]:
-            check_transition(TASK_TRANSITIONS, task.spec.task_id, task.state, new, self.log)
-        self.log.record(now, stimulus_id, task.spec.task_id, task.state, new, detail or reason)
+        old = task.state
+        if new not in TASK_TRANSITIONS[old]:
+            check_transition(TASK_TRANSITIONS, task.spec.task_id, old, new, self.log)
+        self.log.record(now, stimulus_id, task.spec.task_id, old, new, detail or reason)
         task.state, task.reason = new, reason
+        if new in _LAUNCHED_STATES:
+            if old not in _LAUNCHED_STATES and task.lm is not None and task.live is not None:
+                self._live_on.setdefault(task.lm, {})[task.live] = task
+        elif old in _LAUNCHED_STATES:
+            live = self._live_on.get(task.lm or "")
+            if live is not None:
+                live.pop(task.live or "", None)
+                for attempt_id in [a for a, t in live.items() if t is task]:
+                    del live[attempt_id]
+            task.launched_at = task.missing_since = None
 
     def _move_job(self, job: JobRecord, new: JobState, stimulus_id: str, now: float) -> None:
         check_transition(JOB_TRANSITIONS, job.spec.job_id, job.state, new, self.log)
