@@ -26,8 +26,12 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class JobSubmitted:
+    """A job for this GM. A restarted GM replays unfinished jobs from its store with the
+    tasks that already finished (task id, measured runtime): those are never run again."""
+
     stimulus_id: str
     job: JobSpec
+    done_tasks: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -241,10 +241,31 @@ class GlobalMaster:
         if self._orphans:
             for task in list(record.pending) + list(record.held):
                 self._adopt_orphan(task, event.stimulus_id, now, commands)
+        for task_id, runtime in event.done_tasks:
+            self._recover_done(record, task_id, runtime, event.stimulus_id, now)
         if record.held:
             self._held_jobs[job.job_id] = record
+        if record.progress.done == record.progress.num_tasks:
+            record.finished_at = now
+            self._move_job(record, JobState.DONE, event.stimulus_id, now)
+            self._end_job(record, commands)
+            return commands
         self._requeue_job(record)
         return commands
+
+    def _recover_done(self, job: JobRecord, task_id: str, runtime: float, stimulus_id: str,
+                      now: float) -> None:
+        task = self._tasks.get(task_id)
+        if task is None or task.job is not job or task.state is TaskState.DONE:
+            return
+        self._remove_waiting(task)
+        task.runtime = runtime
+        self._move(task, TaskState.DONE, Reason.FINISHED, stimulus_id, now, "recovered")
+        job.progress.done += 1
+        if self.policy.task_finished(job.progress, task.index, runtime):
+            self._release_held(job, stimulus_id, now)
+        if job.state is JobState.PENDING:
+            self._move_job(job, JobState.RUNNING, stimulus_id, now)
 
     def check_job(self, job: JobSpec) -> None:
         """Raise `InvalidInput` for a job this GM must refuse; changes nothing."""
@@ -856,6 +877,11 @@ class GlobalMaster:
             "with_enough_cpu": cpu_ok, "with_enough_cpu_and_memory": fits,
             "of_which_internal": internal,
         }
+
+    def would_complete(self, attempt_id: str) -> bool:
+        """Whether a finish of this attempt would complete its task (it is the first)."""
+        task = self._attempts.get(attempt_id)
+        return task is not None and task.state not in (TaskState.DONE, TaskState.FAILED)
 
     def pending_count(self) -> int:
         return sum(len(self.jobs[job_id].pending) for _, job_id in self._order) + sum(

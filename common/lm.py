@@ -194,7 +194,8 @@ class LocalMaster:
                 Log("repartition", self._fields(item, from_gm=owner, cpu_m=demand.cpu_m,
                                                  mem_mib=demand.mem_mib))
             )
-        commands.append(Log("task_launched", self._fields(item, logical=logical)))
+        commands.append(Log("task_launched", self._fields(
+            item, logical=logical, cpu_m=demand.cpu_m, mem_mib=demand.mem_mib)))
         commands.append(StartOnWorker(self.topology.workers[i], item))
 
     def _on_preempt(self, event: PreemptRequested, now: float) -> list[Command]:
@@ -254,8 +255,12 @@ class LocalMaster:
         attempt = self.running.get(event.attempt_id)
         if attempt is None:
             return [Log("worker_report_ignored", {"attempt": event.attempt_id, "kind": "started"})]
+        if attempt.started:  # a retried report: the GM heard it already
+            return [Log("worker_report_repeated", {"attempt": event.attempt_id})]
         attempt.started = True
-        self._worker_seen[event.worker] = now
+        worker = self.topology.workers[attempt.node_index]
+        if event.worker == worker:
+            self._worker_seen[worker] = now
         self.log.record(now, event.stimulus_id, event.attempt_id, "launched", "running")
         return [
             Log("task_running", self._fields(attempt.placement)),

@@ -285,3 +285,17 @@ def test_a_restarted_gm_rebuilds_its_view_and_adopts_running_tasks() -> None:
     fed.drain()
     assert [e.job_id for e in fed.ended_jobs] == ["j"]
     assert len(fed.finished_reports) == 3
+
+
+def test_a_replayed_job_never_reruns_the_tasks_its_store_says_are_done() -> None:
+    fed = started(Federation.simple(num_lms=1, nodes_per_lm=2, constraints=NO_CONSTRAINTS))
+    gm = fed.gms["gm-1"]
+    commands = gm.handle(JobSubmitted("replay", job("j", "u1", 3), (("j/0", 2.0), ("j/2", 1.0))),
+                         0.0)
+    launched = [p.task.task_id for c in commands if isinstance(c, SendLaunch)
+                for p in c.placements]
+    assert launched == ["j/1"]
+    assert gm.job_status("j")["tasks_done"] == 2
+    everything_done = gm.handle(
+        JobSubmitted("replay", job("k", "u1", 1), (("k/0", 1.0),)), 0.0)
+    assert [c.job_id for c in everything_done if type(c).__name__ == "JobEnded"] == ["k"]

@@ -222,3 +222,15 @@ def test_topology_refuses_bad_nodes(field: str, value: int) -> None:
     capacity = {"cpu_m": 1000, "mem_mib": 1000, field: value}
     with pytest.raises(InvalidInput, match=field):
         ClusterTopology("lm", [NodeSpec("n0", "lm", "w", Resources(**capacity))], GMS)
+
+
+def test_reports_from_strangers_and_repeated_starts_change_nothing() -> None:
+    lm = LocalMaster(topology(), worker_timeout=3.0)
+    launch(lm, item("j/0#0.1", "n0"))
+    first = lm.handle(WorkerTaskStarted("s", "w0", "j/0#0.1"), 0.5)
+    again = lm.handle(WorkerTaskStarted("s", "w0", "j/0#0.1"), 0.6)
+    assert len([c for c in first if isinstance(c, PublishTaskEvent)]) == 1
+    assert not [c for c in again if isinstance(c, PublishTaskEvent)]
+    lm.handle(WorkerTaskStarted("s", "intruder", "j/0#0.1"), 0.7)
+    lm.handle(Tick("t"), 10.0)  # used to raise KeyError for the unknown worker
+    lm.validate()

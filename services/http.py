@@ -1,0 +1,214 @@
+"""Small helpers the HTTP services share: a client factory, retrying requests, wire bodies in
+and out of FastAPI, reachability of a peer as log events, and starting a service (its
+environment, then uvicorn).
+
+Wire bodies are parsed with the wire model's own JSON parser (`model_validate_json`), not
+FastAPI's body binding: the wire models are written for JSON mode (infinite priorities travel
+as the string "Infinity"), and a refusal is the usual 422 with pydantic's detail, its `loc`
+starting with "body" as FastAPI's own would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import httpx
+import uvicorn
+from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+
+from common.errors import InvalidInput
+from common.federation import Federation, load_federation
+from services.endpoints import Endpoints
+from services.eventlog import EventLog
+
+JSON = "application/json"
+M = TypeVar("M", bound=BaseModel)
+
+
+def make_client(timeout: float = 5.0) -> httpx.AsyncClient:
+    """One client per service: its connection pool keeps peers' connections alive."""
+    # A short connect timeout: a peer that is down refuses or stays silent, and either way
+    # the caller's retry loop decides what to do next, not a socket waiting for minutes.
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
+        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+    )
+
+
+class PeerUnreachable(RuntimeError):
+    """A request got no answer (connection refused, timeout, 5xx) within its retries."""
+
+
+async def request_with_retry(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    body: str | bytes | None = None,
+    attempts: int | None = 5,
+    give_up_after: float | None = None,
+    backoff: float = 0.05,
+    max_backoff: float = 2.0,
+    on_failure: Callable[[str], None] | None = None,
+) -> httpx.Response:
+    """Send until the peer answers with anything but a 5xx, and return that answer.
+
+    A 4xx is an answer too (the peer refused the request itself: repeating it cannot help), so
+    the caller looks at the status. Connection errors, timeouts and 5xx are retried with
+    exponential backoff, at most `attempts` times and for at most `give_up_after` seconds
+    (None: no bound of that kind); then `PeerUnreachable`. `on_failure` hears every failed try.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if give_up_after is None else loop.time() + give_up_after
+    headers = {"content-type": JSON} if body is not None else None
+    tries = 0
+    delay = backoff
+    while True:
+        tries += 1
+        try:
+            response = await client.request(method, url, content=body, headers=headers)
+            if response.status_code < 500:
+                return response
+            failure = f"HTTP {response.status_code}: {response.text[:200]}"
+        except httpx.TransportError as error:
+            failure = repr(error)[:300]
+        if on_failure is not None:
+            on_failure(failure)
+        out_of_tries = attempts is not None and tries >= attempts
+        out_of_time = deadline is not None and loop.time() + delay > deadline
+        if out_of_tries or out_of_time:
+            raise PeerUnreachable(f"{method} {url}: {failure} (after {tries} tries)")
+        await asyncio.sleep(delay)
+        delay = min(max_backoff, delay * 2)
+
+
+class PeerLink:
+    """Whether a peer answers, logged once per change: one `down_event` per outage (not one
+    per failed heartbeat) and one `up_event` when it answers again."""
+
+    def __init__(self, log: EventLog, down_event: str, up_event: str, fields: dict) -> None:
+        self._log = log
+        self._down_event = down_event
+        self._up_event = up_event
+        self._fields = fields
+        self.reachable = True
+        self.outages = 0
+
+    def failed(self, error: str, **extra: object) -> None:
+        if self.reachable:
+            self.reachable = False
+            self.outages += 1
+            self._log.emit(self._down_event, self._fields | extra | {"error": error[:300]})
+
+    def answered(self, **extra: object) -> None:
+        if not self.reachable:
+            self.reachable = True
+            self._log.emit(self._up_event, self._fields | extra)
+
+
+async def parse_body(request: Request, model: type[M]) -> M:
+    """The request's JSON body as `model`; a 422 with pydantic's detail if it does not fit."""
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as error:
+        # `error.json()` renders contexts that hold exceptions as text; `errors()` would
+        # hand FastAPI objects it cannot encode.
+        details = json.loads(error.json(include_url=False))
+        for detail in details:
+            detail["loc"] = ["body", *detail["loc"]]
+        raise RequestValidationError(details) from None
+
+
+def body_error(field: str, message: str, value: object = None) -> RequestValidationError:
+    """A 422 naming one body field, shaped like pydantic's own errors."""
+    return RequestValidationError(
+        [{"type": "value_error", "loc": ["body", field], "msg": message, "input": value}]
+    )
+
+
+def wire_response(model: BaseModel, status_code: int = 200) -> Response:
+    """Serialize with the wire model's own JSON encoder (infinities become "Infinity")."""
+    return Response(model.model_dump_json(), status_code=status_code, media_type=JSON)
+
+
+def quiet_library_logs() -> None:
+    """httpx logs every request at INFO: a heartbeat a second would drown the event log."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+    logging.captureWarnings(True)  # warnings go through logging, so they are JSON lines too
+
+
+def listen_address(base_url: str) -> tuple[str, int]:
+    """Where to bind for a service whose peers reach it at `base_url`.
+
+    An IP address or `localhost` is bound as given (local processes on 127.0.0.1); a name is a
+    container's service name, which resolves to one interface of several, so bind them all.
+    `MEGHA_LISTEN_HOST` overrides the host.
+    """
+    url = httpx.URL(base_url)
+    host = url.host
+    is_address = host == "localhost" or host.replace(".", "").isdigit() or ":" in host
+    default_port = 443 if url.scheme == "https" else 80
+    return os.environ.get("MEGHA_LISTEN_HOST", host if is_address else "0.0.0.0"), (
+        url.port or default_port
+    )
+
+
+def log_crashes(task: asyncio.Task, log: EventLog) -> asyncio.Task:
+    """asyncio keeps a background task's exception to itself: make it an event instead."""
+
+    def done(finished: asyncio.Task) -> None:
+        if not finished.cancelled() and finished.exception() is not None:
+            log.emit("background_task_failed",
+                     {"task": finished.get_name(), "error": repr(finished.exception())[:500]})
+
+    task.add_done_callback(done)
+    return task
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceEnv:
+    """What a service's `main()` reads from its environment."""
+
+    service_id: str
+    log: EventLog
+    federation: Federation
+    endpoints: Endpoints
+
+
+def read_service_env() -> ServiceEnv:
+    """MEGHA_ID, MEGHA_CONFIG (the federation file) and MEGHA_ENDPOINTS, with logging set up
+    first so that even a configuration error is a JSON line (`config_error`, exit status 2)."""
+    service_id = os.environ.get("MEGHA_ID", "")
+    log = EventLog(service_id or "unknown")
+    log.install_logging()
+    quiet_library_logs()
+    try:
+        if not service_id:
+            raise InvalidInput("MEGHA_ID", "is not set")
+        path = os.environ.get("MEGHA_CONFIG", "")
+        if not path:
+            raise InvalidInput("MEGHA_CONFIG", "is not set")
+        with open(path, encoding="utf-8") as file:
+            federation = load_federation(file.read(), path)
+        endpoints = Endpoints.from_env()
+        endpoints.url(service_id)  # where this service listens: missing is fatal
+    except (InvalidInput, OSError) as error:
+        log.emit("config_error", {"error": str(error)})
+        raise SystemExit(2) from None
+    return ServiceEnv(service_id, log, federation, endpoints)
+
+
+def serve(app, base_url: str) -> None:
+    """Run `app` with uvicorn; its own logging goes through the root logger (JSON lines)."""
+    host, port = listen_address(base_url)
+    uvicorn.run(app, host=host, port=port, access_log=False, log_config=None)

@@ -1,0 +1,427 @@
+"""The Local Master service: the truth about one cluster, behind HTTP and RabbitMQ.
+
+The judgement (launch, repartition, preemption, worker liveness, recovery after a restart)
+is the core's `LocalMaster` (common/lm.py); this shell turns GM requests, worker reports and
+heartbeats and a clock into its events, and carries out its commands:
+
+- `ReplyToGM` is the answer to the HTTP request that caused it;
+- `StartOnWorker` / `StopOnWorker`: POST / DELETE on the worker agent, retried a few times;
+  a worker that stays unreachable is logged and left to the core's worker timeout, which
+  reports its nodes down and its attempts lost;
+- `PublishTaskEvent`: an in-memory outbox drained by one publisher that retries each event
+  until RabbitMQ confirms it, so events survive a broker outage and keep their order;
+- `PublishHeartbeat`: published if RabbitMQ is there, dropped if not (the next one replaces it).
+
+A process always starts recovering: until its workers have told it what they run (or the
+worker timeout passes) it refuses launches, so a restarted LM cannot over-commit a node whose
+tasks it has not yet learnt. Its epoch is the wall clock in milliseconds, so its snapshots
+supersede those of the previous incarnation.
+
+HTTP API (bodies are common/wire.py models; invalid ones are 422 with pydantic's detail):
+
+    POST /v1/launch           LaunchRequest, kind "launch"      -> 200 LMReply
+    POST /v1/repartition      LaunchRequest, kind "repartition" -> 200 LMReply
+    POST /v1/preempt          PreemptRequest                    -> 200 LMReply
+    POST /v1/cancel           {gm, attempt_id}                  -> 202 {attempt_id, cancelled}
+    POST /v1/worker/report    WorkerReport                      -> 202
+    POST /v1/worker/heartbeat WorkerHeartbeatWire               -> 202
+    GET  /v1/state            {lm, epoch, recovering, snapshot: LMSnapshotWire, ...}
+    GET  /v1/debug/story/{key}, /healthz, /metrics
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import httpx
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import Counter, Gauge, generate_latest
+
+from common.commands import (
+    PublishHeartbeat,
+    PublishTaskEvent,
+    ReplyToGM,
+    StartOnWorker,
+    StopOnWorker,
+)
+from common.errors import InvalidInput
+from common.events import CancelRequested, Tick
+from common.federation import Federation
+from common.lm import LocalMaster
+from common.wire import (
+    LaunchRequest,
+    Name,
+    PreemptRequest,
+    WireModel,
+    WorkerHeartbeatWire,
+    WorkerReport,
+    launch_requested_from_wire,
+    placement_to_wire,
+    preempt_requested_from_wire,
+    reply_to_wire,
+    snapshot_to_wire,
+    task_event_to_wire,
+    worker_heartbeat_from_wire,
+    worker_report_to_event,
+)
+from services.broker import HEARTBEAT_EXCHANGE, TASK_EVENTS_EXCHANGE, Broker, BrokerUnavailable
+from services.endpoints import Endpoints
+from services.eventlog import EventLog
+from services.http import (
+    PeerLink,
+    PeerUnreachable,
+    body_error,
+    log_crashes,
+    make_client,
+    parse_body,
+    read_service_env,
+    request_with_retry,
+    serve,
+    wire_response,
+)
+from services.runtime import CoreRunner
+
+WORKER_CALL_TRIES = 5  # ~1.5 s of backoff: then the worker timeout takes over
+PUBLISH_TIMEOUT = 5.0
+MAX_PUBLISH_BACKOFF = 2.0
+SHUTDOWN_FLUSH_SECONDS = 2.0
+
+
+class CancelRequest(WireModel):
+    """`POST /v1/cancel`: the owning GM no longer wants this attempt (a redundant copy)."""
+
+    gm: Name
+    attempt_id: Name
+
+
+@dataclass(frozen=True, slots=True)
+class _OutgoingEvent:
+    gm: str
+    body: bytes
+    attempt_id: str
+    kind: str
+
+
+class LMService:
+    """One LM: its core, the calls to its workers, and its two ways out to RabbitMQ."""
+
+    def __init__(self, federation: Federation, lm_id: str, endpoints: Endpoints,
+                 amqp_url: str, *, epoch: int | None = None, recovering: bool = True,
+                 log: EventLog | None = None) -> None:
+        topology = federation.topology(lm_id)
+        timing = federation.timing
+        now = time.time()
+        self.lm_id = lm_id
+        self.timing = timing
+        self.log = log or EventLog(lm_id)
+        self.core = LocalMaster(
+            topology, now=now, epoch=epoch or int(now * 1000),
+            heartbeat_interval=timing.heartbeat_interval, worker_timeout=timing.worker_timeout,
+            recovering=recovering)
+        self.runner = CoreRunner(self.core, lm_id, self.log)
+        self.gms = frozenset(federation.gms)
+        # every worker's address up front: a missing one is a deployment error, found now
+        self.worker_urls = {worker: endpoints.url(worker) for worker in set(topology.workers)}
+        self.broker = Broker(amqp_url, lm_id, events=self.log.emit)
+        self.task_events: asyncio.Queue[_OutgoingEvent] = asyncio.Queue()
+        self._publishing: _OutgoingEvent | None = None  # taken from the queue, not confirmed
+        self.broker_link = PeerLink(self.log, "task_events_delayed", "task_events_flowing",
+                                    {"lm": lm_id})
+        self.client: httpx.AsyncClient | None = None
+        self.runner.on(StartOnWorker, lambda c: self._spawn(self._start_on_worker(c), "start"))
+        self.runner.on(StopOnWorker, lambda c: self._spawn(self._stop_on_worker(c), "stop"))
+        self.runner.on(PublishTaskEvent, self._queue_task_event)
+        self.runner.on(PublishHeartbeat, self._publish_heartbeat)
+        self._metrics()
+
+    def _metrics(self) -> None:
+        registry = self.runner.registry
+        self.launch_results = Counter("megha_lm_launch_results_total",
+                                      "Verdicts on launch, repartition and preemption items",
+                                      ["kind", "reason"], registry=registry)
+        self.task_events_published = Counter("megha_lm_task_events_published_total",
+                                             "Task events confirmed by RabbitMQ", ["kind"],
+                                             registry=registry)
+        self.heartbeats = Counter("megha_lm_heartbeats_total", "Heartbeats to the GMs",
+                                  ["result"], registry=registry)
+        self.worker_calls_failed = Counter("megha_lm_worker_calls_failed_total",
+                                           "Calls to worker agents given up", ["call"],
+                                           registry=registry)
+        gauges: dict[str, tuple[str, Callable[[], float]]] = {
+            "megha_lm_running_attempts": ("Attempts running on this LM's nodes",
+                                          lambda: len(self.core.running)),
+            "megha_lm_nodes_up": ("Nodes whose worker is alive",
+                                  lambda: self.core.state.up.count(1)),
+            "megha_lm_recovering": ("1 while learning what the workers run",
+                                    lambda: int(self.core.recovering)),
+            "megha_lm_task_event_outbox": ("Task events waiting for RabbitMQ",
+                                           self.outbox_size),
+        }
+        for name, (description, read) in gauges.items():
+            Gauge(name, description, registry=registry).set_function(read)
+
+    # -- life ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.client = make_client()
+        self.log.emit("lm_started", {
+            "lm": self.lm_id, "epoch": self.core.epoch, "recovering": self.core.recovering,
+            "nodes": len(self.core.topology), "workers": sorted(self.worker_urls)})
+        # not waiting for RabbitMQ: GMs and workers are served while it is away
+        await self.broker.start(wait=False)
+        self._spawn(self._drain_task_events(), "task-events")
+        self._spawn(self.runner.tick_forever(
+            self.timing.tick_interval, lambda: Tick(self.runner.stimulus("tick"))), "tick")
+
+    async def stop(self) -> None:
+        # a graceful stop hands what it still holds to RabbitMQ, if RabbitMQ is there
+        if self.broker.connected and self.outbox_size():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.task_events.join(), SHUTDOWN_FLUSH_SECONDS)
+        if self.outbox_size():
+            self.log.emit("task_events_abandoned", {"lm": self.lm_id,
+                                                    "count": self.outbox_size()})
+        await self.runner.stop()
+        await self.broker.close()
+        if self.client is not None:
+            await self.client.aclose()
+
+    def _spawn(self, coroutine: Awaitable, name: str) -> asyncio.Task:
+        return log_crashes(self.runner.spawn(coroutine, name), self.log)
+
+    # -- requests from GMs -----------------------------------------------------------------------
+
+    def _check_gm(self, gm: str) -> None:
+        if gm not in self.gms:
+            raise body_error("gm", f"unknown GM {gm!r} (known: {', '.join(sorted(self.gms))})",
+                             gm)
+
+    def launch(self, wire: LaunchRequest) -> Response:
+        self._check_gm(wire.gm)
+        event = launch_requested_from_wire(wire, self.runner.stimulus(wire.kind))
+        return self._reply(wire.kind, self.runner.handle(event))
+
+    def preempt(self, wire: PreemptRequest) -> Response:
+        self._check_gm(wire.gm)
+        event = preempt_requested_from_wire(wire, self.runner.stimulus("preempt"))
+        return self._reply("preempt", self.runner.handle(event))
+
+    def _reply(self, kind: str, commands: list) -> Response:
+        # the core answers every request with exactly one ReplyToGM, left to us by the runner
+        (reply,) = (command for command in commands if isinstance(command, ReplyToGM))
+        for result in reply.results:
+            self.launch_results.labels(kind, str(result.reason)).inc()
+        return wire_response(reply_to_wire(reply, self.lm_id))
+
+    def cancel(self, wire: CancelRequest) -> dict:
+        self._check_gm(wire.gm)
+        attempt = self.core.running.get(wire.attempt_id)
+        cancelled = attempt is not None and attempt.placement.gm == wire.gm
+        self.runner.handle(CancelRequested(self.runner.stimulus("cancel"), wire.gm,
+                                           wire.attempt_id))
+        return {"attempt_id": wire.attempt_id, "cancelled": cancelled}
+
+    # -- from workers ----------------------------------------------------------------------------
+
+    def _check_worker(self, worker: str) -> None:
+        # a report under a foreign name would make the core track a worker it has no nodes of
+        if worker not in self.worker_urls:
+            known = ", ".join(sorted(self.worker_urls))
+            raise body_error("worker", f"{worker!r} is not a worker of {self.lm_id} "
+                                       f"(known: {known})", worker)
+
+    def worker_report(self, wire: WorkerReport) -> None:
+        self._check_worker(wire.worker)
+        self.runner.handle(worker_report_to_event(wire, self.runner.stimulus("report")))
+
+    def worker_heartbeat(self, wire: WorkerHeartbeatWire) -> None:
+        self._check_worker(wire.worker)
+        self.runner.handle(worker_heartbeat_from_wire(wire, self.runner.stimulus("worker_hb")))
+
+    # -- to workers ------------------------------------------------------------------------------
+
+    async def _start_on_worker(self, command: StartOnWorker) -> None:
+        url = f"{self.worker_urls[command.worker]}/v1/tasks"
+        body = placement_to_wire(command.placement).model_dump_json()
+        await self._call_worker("start", command.worker, command.placement.attempt_id,
+                                "POST", url, body)
+
+    async def _stop_on_worker(self, command: StopOnWorker) -> None:
+        # attempt ids hold '/' and '#': one opaque path segment, the worker routes by `path`
+        attempt = quote(command.attempt_id, safe="")
+        url = f"{self.worker_urls[command.worker]}/v1/tasks/{attempt}?reason={command.reason}"
+        await self._call_worker("stop", command.worker, command.attempt_id, "DELETE", url)
+
+    async def _call_worker(self, call: str, worker: str, attempt_id: str, method: str,
+                           url: str, body: str | None = None) -> None:
+        assert self.client is not None
+        fields = {"lm": self.lm_id, "worker": worker, "attempt": attempt_id, "call": call}
+        try:
+            response = await request_with_retry(self.client, method, url, body=body,
+                                                attempts=WORKER_CALL_TRIES)
+        except PeerUnreachable as error:
+            self.worker_calls_failed.labels(call).inc()
+            self.log.emit("worker_call_failed", fields | {"error": str(error)[:300]})
+            return
+        # 404 on a stop: the worker no longer had it, which is what a stop wants
+        if response.status_code >= 400 and not (call == "stop" and response.status_code == 404):
+            self.worker_calls_failed.labels(call).inc()
+            self.log.emit("worker_call_refused", fields | {"status": response.status_code,
+                                                           "detail": response.text[:300]})
+
+    # -- to RabbitMQ -----------------------------------------------------------------------------
+
+    def _queue_task_event(self, command: PublishTaskEvent) -> None:
+        body = task_event_to_wire(command.event).model_dump_json().encode()
+        self.task_events.put_nowait(_OutgoingEvent(command.gm, body, command.event.attempt_id,
+                                                   str(command.event.kind)))
+
+    async def _drain_task_events(self) -> None:
+        """The only publisher of task events: one at a time, each until confirmed.
+
+        A publish that timed out may still have reached RabbitMQ, so an event can arrive
+        twice (at least once); GMs take task events idempotently by attempt id and kind.
+        """
+        while True:
+            item = self._publishing = await self.task_events.get()
+            delay = 0.1
+            while True:
+                try:
+                    await self.broker.publish(TASK_EVENTS_EXCHANGE, item.gm, item.body,
+                                              persistent=True, timeout=PUBLISH_TIMEOUT)
+                    break
+                except BrokerUnavailable as error:
+                    self.broker_link.failed(str(error), pending=self.outbox_size())
+                    await asyncio.sleep(delay)
+                    delay = min(MAX_PUBLISH_BACKOFF, delay * 2)
+            self._publishing = None
+            self.broker_link.answered(pending=self.outbox_size())
+            self.task_events_published.labels(item.kind).inc()
+            self.task_events.task_done()
+
+    def outbox_size(self) -> int:
+        return self.task_events.qsize() + (self._publishing is not None)
+
+    def _publish_heartbeat(self, command: PublishHeartbeat) -> None:
+        if not self.broker.connected:
+            self.heartbeats.labels("dropped").inc()
+            return
+        body = snapshot_to_wire(command.snapshot).model_dump_json().encode()
+        self._spawn(self._send_heartbeat(body), "heartbeat")
+
+    async def _send_heartbeat(self, body: bytes) -> None:
+        try:
+            # no longer than an interval: by then the next heartbeat replaces this one
+            await self.broker.publish(HEARTBEAT_EXCHANGE, "", body,
+                                      timeout=self.timing.heartbeat_interval)
+            self.heartbeats.labels("published").inc()
+        except BrokerUnavailable:
+            self.heartbeats.labels("dropped").inc()
+
+    # -- questions -------------------------------------------------------------------------------
+
+    def state(self) -> dict:
+        snapshot = json.loads(snapshot_to_wire(self.core.snapshot()).model_dump_json())
+        return {"lm": self.lm_id, "epoch": self.core.epoch, "recovering": self.core.recovering,
+                "broker_connected": self.broker.connected,
+                "task_event_outbox": self.outbox_size(), "snapshot": snapshot}
+
+
+def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_url: str, *,
+               epoch: int | None = None, recovering: bool = True,
+               log: EventLog | None = None) -> FastAPI:
+    service = LMService(federation, lm_id, endpoints, amqp_url, epoch=epoch,
+                        recovering=recovering, log=log)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    app = FastAPI(title=f"megha LM {lm_id}", lifespan=lifespan)
+    app.state.service = service
+
+    def launch_route(kind: str) -> Callable[[Request], Awaitable[Response]]:
+        async def route(request: Request) -> Response:
+            wire = await parse_body(request, LaunchRequest)
+            if wire.kind != kind:
+                raise body_error("kind", f"this path takes kind {kind!r}, got {wire.kind!r}",
+                                 wire.kind)
+            return service.launch(wire)
+
+        return route
+
+    async def preempt(request: Request) -> Response:
+        return service.preempt(await parse_body(request, PreemptRequest))
+
+    async def cancel(request: Request) -> Response:
+        return JSONResponse(service.cancel(await parse_body(request, CancelRequest)), 202)
+
+    async def worker_report(request: Request) -> Response:
+        service.worker_report(await parse_body(request, WorkerReport))
+        return Response(status_code=202)
+
+    async def worker_heartbeat(request: Request) -> Response:
+        service.worker_heartbeat(await parse_body(request, WorkerHeartbeatWire))
+        return Response(status_code=202)
+
+    posts: dict[str, Callable[[Request], Awaitable[Response]]] = {
+        "/v1/launch": launch_route("launch"),
+        "/v1/repartition": launch_route("repartition"),
+        "/v1/preempt": preempt,
+        "/v1/cancel": cancel,
+        "/v1/worker/report": worker_report,
+        "/v1/worker/heartbeat": worker_heartbeat,
+    }
+    for path, route in posts.items():
+        app.add_api_route(path, route, methods=["POST"])
+
+    @app.get("/v1/state")
+    async def get_state() -> dict:
+        return service.state()
+
+    @app.get("/v1/debug/story/{key:path}")
+    async def story(key: str) -> list[dict]:
+        return service.core.story(key)
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        # healthy while RabbitMQ is away: the outbox holds task events until it is back
+        return {"lm": lm_id, "epoch": service.core.epoch, "recovering": service.core.recovering,
+                "broker_connected": service.broker.connected}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(service.runner.registry).decode())
+
+    return app
+
+
+def main() -> None:
+    """`python -m services.lm`: MEGHA_CONFIG, MEGHA_ID, MEGHA_ENDPOINTS, MEGHA_AMQP_URL."""
+    env = read_service_env()
+    amqp_url = os.environ.get("MEGHA_AMQP_URL", "")
+    try:
+        if not amqp_url:
+            raise InvalidInput("MEGHA_AMQP_URL", "is not set")
+        app = create_app(env.federation, env.service_id, env.endpoints, amqp_url,
+                         log=env.log)
+    except InvalidInput as error:
+        env.log.emit("config_error", {"error": str(error)})
+        raise SystemExit(2) from None
+    serve(app, env.endpoints.url(env.service_id))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""Run a whole federation as local processes, without Docker, for development and tests.
+
+    python -m services.local --config deploy/federation-small.toml [--logs DIR] [--base-port N]
+
+It starts the project's own RabbitMQ (scripts/rabbitmq.sh) unless `--amqp-url` names one,
+gives every GM, LM and worker agent a port on 127.0.0.1, starts them with the environment
+their `main()` reads, waits until each answers `/healthz`, prints the endpoints, and stays
+in the foreground until interrupted; then it stops every process it started. Each process's
+JSON event log goes to `DIR/<id>.log` (ids with a slash become `lm-1_w0.log`).
+
+`LocalFederation` is the same thing as a context manager, for tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from common.federation import Federation, load_federation
+from services.endpoints import ENV as ENDPOINTS_ENV
+from services.endpoints import Endpoints
+
+ROOT = Path(__file__).resolve().parent.parent
+RABBITMQ = ROOT / "scripts" / "rabbitmq.sh"
+MODULES = {"gm": "services.gm", "lm": "services.lm", "worker": "services.worker"}
+
+
+def rabbitmq(command: str) -> str:
+    done = subprocess.run(["bash", str(RABBITMQ), command], capture_output=True, text=True,
+                          timeout=180)
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/rabbitmq.sh {command} failed:\n{done.stderr}")
+    return done.stdout.strip()
+
+
+def log_name(service_id: str) -> str:
+    return service_id.replace("/", "_") + ".log"
+
+
+@dataclass
+class LocalFederation:
+    config: Path
+    logs: Path
+    base_port: int = 18100
+    amqp_url: str | None = None
+    state_dir: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.federation: Federation = load_federation(self.config.read_text(), str(self.config))
+        self.roles: dict[str, str] = {}
+        for gm in self.federation.gms:
+            self.roles[gm] = "gm"
+        for lm in self.federation.lms:
+            self.roles[lm.id] = "lm"
+        for worker in self.federation.workers():
+            self.roles[worker] = "worker"
+        self.endpoints = Endpoints({service: f"http://127.0.0.1:{self.base_port + k}"
+                                    for k, service in enumerate(self.roles)})
+        self.processes: dict[str, subprocess.Popen] = {}
+        self._started_broker = False
+
+    # -- processes --------------------------------------------------------------------------------
+
+    def env_for(self, service: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "MEGHA_CONFIG": str(self.config), "MEGHA_ID": service,
+            ENDPOINTS_ENV: self.endpoints.render(), "MEGHA_AMQP_URL": self.amqp_url or "",
+            "MEGHA_STATE_DIR": str(self.state_dir or self.logs / "state"),
+            "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT),
+        })
+        env.update(self.extra_env)
+        return env
+
+    def start_service(self, service: str) -> subprocess.Popen:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        out = open(self.logs / log_name(service), "ab")  # noqa: SIM115 - the child owns it
+        process = subprocess.Popen([sys.executable, "-m", MODULES[self.roles[service]]],
+                                   env=self.env_for(service), stdout=out,
+                                   stderr=subprocess.STDOUT, cwd=ROOT)
+        out.close()
+        self.processes[service] = process
+        return process
+
+    def kill(self, service: str, sig: int = signal.SIGKILL) -> None:
+        process = self.processes.pop(service, None)
+        if process is not None and process.poll() is None:
+            process.send_signal(sig)
+            process.wait(timeout=30)
+
+    def wait_healthy(self, services: list[str] | None = None, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        waiting = list(services or self.roles)
+        with httpx.Client(timeout=1.0) as client:
+            while waiting:
+                service = waiting[0]
+                process = self.processes.get(service)
+                if process is not None and process.poll() is not None:
+                    raise RuntimeError(f"{service} exited with {process.returncode}; see "
+                                       f"{self.logs / log_name(service)}")
+                try:
+                    if client.get(self.endpoints.url(service) + "/healthz").status_code == 200:
+                        waiting.pop(0)
+                        continue
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{service} not healthy after {timeout}s; see "
+                                       f"{self.logs / log_name(service)}")
+                time.sleep(0.1)
+
+    # -- the whole federation ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        if not self.amqp_url:
+            self._started_broker = subprocess.run(
+                ["bash", str(RABBITMQ), "status"], capture_output=True).returncode != 0
+            rabbitmq("start")
+            self.amqp_url = rabbitmq("url")
+        # workers first, then LMs (they recover from their workers), then GMs
+        order = sorted(self.roles, key=lambda s: ("worker", "lm", "gm").index(self.roles[s]))
+        for service in order:
+            self.start_service(service)
+        self.wait_healthy()
+
+    def stop(self) -> None:
+        for service in list(self.processes):
+            process = self.processes[service]
+            if process.poll() is None:
+                process.terminate()
+        for service in list(self.processes):
+            try:
+                self.processes[service].wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.processes[service].kill()
+        self.processes.clear()
+        if self._started_broker:
+            rabbitmq("stop")
+
+    def __enter__(self) -> LocalFederation:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m services.local",
+        description="Run every GM, LM and worker agent of a federation as local processes.")
+    parser.add_argument("--config", type=Path, default=ROOT / "deploy" / "federation.toml",
+                        help="federation TOML file (default: deploy/federation.toml)")
+    parser.add_argument("--logs", type=Path, default=Path("logs"),
+                        help="folder for each process's JSON event log (default: ./logs)")
+    parser.add_argument("--base-port", type=int, default=18100,
+                        help="first port on 127.0.0.1; services take consecutive ones")
+    parser.add_argument("--amqp-url", default=None,
+                        help="use this RabbitMQ instead of starting the project's own")
+    args = parser.parse_args(argv)
+    federation = LocalFederation(args.config, args.logs, args.base_port, args.amqp_url)
+    stop = False
+
+    def on_signal(signum, frame) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    with federation:
+        for service, url in federation.endpoints.table.items():
+            print(f"{service:12s} {url}", flush=True)
+        print(f"logs in {args.logs}/; Ctrl-C stops everything", flush=True)
+        while not stop:
+            for service, process in federation.processes.items():
+                if process.poll() is not None:
+                    print(f"{service} exited with {process.returncode}", flush=True)
+                    stop = True
+            time.sleep(0.5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

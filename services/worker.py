@@ -1,0 +1,364 @@
+"""The worker agent service: runs the tasks its LM assigns on the nodes it hosts.
+
+The decisions (what runs, what queues, in which order, what is reported) are the core's
+`WorkerAgent` (common/worker.py); this shell turns HTTP calls into its events and carries
+out its commands:
+
+- `RunTask`: an asyncio task holds the resources for the task's duration (or burns real CPU
+  in a thread with `burn_cpu`), then feeds `TaskRunEnded` with the measured wall runtime;
+- `KillTask`: cancels that asyncio task (no `TaskRunEnded` follows);
+- `ReportToLM`: appended to one outbox drained by one sender, so reports reach the LM in the
+  order the core made them and survive an LM that is briefly away.
+
+Besides, it heartbeats its LM with everything it runs or queues (how a restarted LM learns
+what runs) and feeds the core a `Tick` every `tick_interval`.
+
+HTTP API (called by the LM; bodies are common/wire.py models):
+
+    POST   /v1/tasks                  PlacementWire -> 202 {attempt_id, state}; 422 if invalid.
+                                      A duplicate attempt id is refused by the core (logged),
+                                      still 202: the LM may retry a POST whose answer it lost.
+    DELETE /v1/tasks/{attempt_id}     ?reason=cancelled|preempted -> 202 {attempt_id, was} if
+                                      it was queued or running, else 404 {detail, state}
+    GET    /v1/state                  running and queued placements, free resources per node
+    GET    /v1/debug/story/{key}      the core's recorded transitions of an attempt
+    GET    /healthz, /metrics
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import httpx
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import Counter, Gauge, generate_latest
+
+from common.commands import KillTask, ReportToLM, RunTask
+from common.errors import InvalidInput
+from common.events import TaskAssigned, TaskCancelled, TaskRunEnded, Tick
+from common.federation import Federation
+from common.reasons import Reason
+from common.wire import (
+    PlacementWire,
+    WorkerReport,
+    placement_from_wire,
+    placement_to_wire,
+    report_to_wire,
+    worker_heartbeat_to_wire,
+)
+from common.worker import AttemptState, WorkerAgent
+from services.endpoints import Endpoints
+from services.eventlog import EventLog
+from services.http import (
+    JSON,
+    PeerLink,
+    PeerUnreachable,
+    log_crashes,
+    make_client,
+    parse_body,
+    read_service_env,
+    request_with_retry,
+    serve,
+)
+from services.runtime import CoreRunner
+
+REPORT_GIVE_UP_SECONDS = 60.0  # an LM away longer has marked our nodes down anyway
+LIVE_STATES = (AttemptState.QUEUED, AttemptState.RUNNING)
+CANCEL_REASONS = {"cancelled": Reason.CANCELLED, "preempted": Reason.PREEMPTED}
+
+
+@dataclass(slots=True)
+class _OutgoingReport:
+    report: WorkerReport
+    queued_at: float  # loop time: a report gives up this long after the core made it
+
+
+class WorkerService:
+    """One worker agent: its core, the runs it holds, its outbox and its link to the LM."""
+
+    def __init__(self, federation: Federation, worker_id: str, endpoints: Endpoints, *,
+                 burn_cpu: bool = False, log: EventLog | None = None) -> None:
+        lm_id = federation.workers().get(worker_id)
+        if lm_id is None:
+            raise InvalidInput("MEGHA_ID", f"{worker_id!r} is no worker of the federation")
+        self.worker_id = worker_id
+        self.lm_id = lm_id
+        self.lm_url = endpoints.url(lm_id)
+        self.timing = federation.timing
+        self.burn_cpu = burn_cpu
+        self.log = log or EventLog(worker_id)
+        self.nodes = federation.worker_nodes(worker_id)
+        self.core = WorkerAgent(worker_id, self.nodes,
+                                queue_policy=federation.policies.local_queue)
+        self.runner = CoreRunner(self.core, worker_id, self.log)
+        self.runs: dict[str, asyncio.Task] = {}  # attempt id -> the task holding its resources
+        self.outbox: asyncio.Queue[_OutgoingReport] = asyncio.Queue()
+        self.lm_link = PeerLink(self.log, "lm_unreachable", "lm_reachable",
+                                {"worker": worker_id, "lm": lm_id})
+        self.client: httpx.AsyncClient | None = None
+        self.runner.on(RunTask, self._run_task)
+        self.runner.on(KillTask, self._kill_task)
+        self.runner.on(ReportToLM, self._queue_report)
+        self._metrics()
+
+    def _metrics(self) -> None:
+        registry = self.runner.registry
+        self.reports_total = Counter("megha_worker_reports_total", "Reports to the LM",
+                                     ["kind", "result"], registry=registry)
+        self.heartbeats_total = Counter("megha_worker_heartbeats_total",
+                                        "Heartbeats to the LM", ["result"], registry=registry)
+        Gauge("megha_worker_running_tasks", "Tasks holding resources here",
+              registry=registry).set_function(lambda: len(self.runs))
+        Gauge("megha_worker_queued_tasks", "Tasks in the local queues",
+              registry=registry).set_function(self.core.queue_length)
+        Gauge("megha_worker_report_outbox", "Reports waiting to reach the LM",
+              registry=registry).set_function(self.outbox.qsize)
+
+    # -- life ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.client = make_client()
+        self.log.emit("worker_started", {
+            "worker": self.worker_id, "lm": self.lm_id, "nodes": len(self.nodes),
+            "queue_policy": self.core.queue_policy, "burn_cpu": self.burn_cpu})
+        self._spawn(self._send_reports(), "reports")
+        self._spawn(self._heartbeat_forever(), "heartbeat")
+        self._spawn(self.runner.tick_forever(
+            self.timing.tick_interval, lambda: Tick(self.runner.stimulus("tick"))), "tick")
+
+    async def stop(self) -> None:
+        await self.runner.stop()  # also cancels the runs: no TaskRunEnded after this
+        if self.client is not None:
+            await self.client.aclose()
+
+    def _spawn(self, coroutine, name: str) -> asyncio.Task:
+        return log_crashes(self.runner.spawn(coroutine, name), self.log)
+
+    # -- requests from the LM ----------------------------------------------------------------
+
+    def assign(self, wire: PlacementWire) -> dict:
+        placement = placement_from_wire(wire)
+        self.runner.handle(TaskAssigned(self.runner.stimulus("assign"), placement))
+        state = self.core.state_of(placement.attempt_id)
+        return {"attempt_id": placement.attempt_id, "state": None if state is None else str(state)}
+
+    def cancel(self, attempt_id: str, reason: Reason) -> AttemptState | None:
+        """Cancel an attempt; its state before, if it was live.
+
+        An unknown attempt is still passed to the core: a cancel that overtook its
+        assignment is remembered there, so the late assignment is refused.
+        """
+        was = self.core.state_of(attempt_id)
+        self.runner.handle(TaskCancelled(self.runner.stimulus("cancel"), attempt_id, reason))
+        return was if was in LIVE_STATES else None
+
+    def state(self) -> dict:
+        running, queued = [], []
+        for placement in self.core.running_placements():
+            item = json.loads(placement_to_wire(placement).model_dump_json())
+            if self.core.state_of(placement.attempt_id) is AttemptState.RUNNING:
+                running.append(item)
+            else:
+                queued.append(item)
+        nodes = {}
+        for node in self.nodes:
+            free = self.core.free(node.node_id)
+            nodes[node.node_id] = {"free_cpu_m": free.cpu_m, "free_mem_mib": free.mem_mib,
+                                   "queued": self.core.queue_length(node.node_id)}
+        return {"worker": self.worker_id, "lm": self.lm_id, "running": running,
+                "queued": queued, "nodes": nodes, "report_outbox": self.outbox.qsize(),
+                "lm_reachable": self.lm_link.reachable}
+
+    # -- executors ---------------------------------------------------------------------------
+
+    def _run_task(self, command: RunTask) -> None:
+        self.runs[command.attempt_id] = self._spawn(self._hold(command),
+                                                    f"run {command.attempt_id}")
+
+    async def _hold(self, command: RunTask) -> None:
+        started = time.monotonic()
+        try:
+            if self.burn_cpu:
+                await _burn_cpu(command.duration)
+            elif command.duration is None:
+                await asyncio.Event().wait()  # until killed
+            else:
+                await asyncio.sleep(command.duration)
+        finally:
+            self.runs.pop(command.attempt_id, None)
+        runtime = time.monotonic() - started
+        self.runner.handle(TaskRunEnded(self.runner.stimulus("run_ended"),
+                                        command.attempt_id, runtime))
+
+    def _kill_task(self, command: KillTask) -> None:
+        run = self.runs.pop(command.attempt_id, None)
+        if run is not None:
+            run.cancel()
+
+    def _queue_report(self, command: ReportToLM) -> None:
+        report = report_to_wire(command, self.worker_id)
+        self.outbox.put_nowait(_OutgoingReport(report, asyncio.get_running_loop().time()))
+
+    # -- to the LM ---------------------------------------------------------------------------
+
+    async def _send_reports(self) -> None:
+        """The only sender: one report at a time, so the LM hears them in the core's order."""
+        while True:
+            item = await self.outbox.get()
+            await self._deliver(item)
+
+    async def _deliver(self, item: _OutgoingReport) -> None:
+        assert self.client is not None
+        report = item.report
+        fields = {"worker": self.worker_id, "lm": self.lm_id, "attempt": report.attempt_id,
+                  "kind": report.kind}
+        waited = asyncio.get_running_loop().time() - item.queued_at
+        try:
+            response = await request_with_retry(
+                self.client, "POST", f"{self.lm_url}/v1/worker/report",
+                body=report.model_dump_json(), attempts=None,
+                give_up_after=max(0.0, REPORT_GIVE_UP_SECONDS - waited),
+                on_failure=self.lm_link.failed)
+        except PeerUnreachable as error:
+            self.reports_total.labels(report.kind, "dropped").inc()
+            self.log.emit("report_dropped", fields | {"error": str(error)[:300]})
+            return
+        self.lm_link.answered()
+        if response.is_success:
+            self.reports_total.labels(report.kind, "sent").inc()
+        else:  # the LM refused this report itself: sending it again would not change that
+            self.reports_total.labels(report.kind, "refused").inc()
+            self.log.emit("report_refused", fields | {"status": response.status_code,
+                                                      "detail": response.text[:300]})
+
+    async def _heartbeat_forever(self) -> None:
+        """At a fixed rate, starting at once: a recovering LM waits for this to launch."""
+        assert self.client is not None
+        loop = asyncio.get_running_loop()
+        interval = self.timing.worker_heartbeat_interval
+        timeout = max(interval, 1.0)  # a busy LM may take a moment; it still counts as heard
+        url = f"{self.lm_url}/v1/worker/heartbeat"
+        next_at = loop.time()
+        while True:
+            body = worker_heartbeat_to_wire(self.worker_id,
+                                            self.core.running_placements()).model_dump_json()
+            try:
+                # about an interval at most: the next heartbeat carries fresher news
+                response = await self.client.post(url, content=body, timeout=timeout,
+                                                  headers={"content-type": JSON})
+                if response.is_success:
+                    self.heartbeats_total.labels("sent").inc()
+                    self.lm_link.answered()
+                else:
+                    self.heartbeats_total.labels("refused").inc()
+                    self.lm_link.failed(f"HTTP {response.status_code}: {response.text[:200]}")
+            except httpx.TransportError as error:
+                self.heartbeats_total.labels("failed").inc()
+                self.lm_link.failed(repr(error))
+            next_at = max(next_at + interval, loop.time())
+            await asyncio.sleep(next_at - loop.time())
+
+
+async def _burn_cpu(seconds: float | None) -> None:
+    """Keep one core busy for `seconds` (None: until cancelled) in a thread of its own.
+
+    A thread per task, not the default executor, whose few threads would queue the runs.
+    The loop in the thread holds the GIL most of the time; Python hands it over every few
+    milliseconds, so the service stays responsive but slower: meant for a few tasks per
+    worker, not hundreds.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+    stop = threading.Event()
+
+    def burn() -> None:
+        deadline = None if seconds is None else time.monotonic() + seconds
+        spins = 0
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            for _ in range(10_000):
+                spins += 1
+        # a service stopping meanwhile has closed its loop: nobody waits for this any more
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(spins))
+
+    threading.Thread(target=burn, name="burn", daemon=True).start()
+    try:
+        await done
+    finally:
+        stop.set()  # a killed task: the thread notices within a millisecond
+
+
+def create_app(federation: Federation, worker_id: str, endpoints: Endpoints, *,
+               burn_cpu: bool = False, log: EventLog | None = None) -> FastAPI:
+    service = WorkerService(federation, worker_id, endpoints, burn_cpu=burn_cpu, log=log)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    app = FastAPI(title=f"megha worker agent {worker_id}", lifespan=lifespan)
+    app.state.service = service
+
+    @app.post("/v1/tasks", status_code=202)
+    async def post_task(request: Request) -> dict:
+        return service.assign(await parse_body(request, PlacementWire))
+
+    @app.delete("/v1/tasks/{attempt_id:path}")
+    async def delete_task(attempt_id: str,
+                          reason: Literal["cancelled", "preempted"] = "cancelled") -> Response:
+        was = service.cancel(attempt_id, CANCEL_REASONS[reason])
+        if was is None:
+            state = service.core.state_of(attempt_id)
+            return JSONResponse({"detail": f"attempt {attempt_id!r} is not queued or running",
+                                 "state": None if state is None else str(state)},
+                                status_code=404)
+        return JSONResponse({"attempt_id": attempt_id, "was": str(was)}, status_code=202)
+
+    @app.get("/v1/state")
+    async def get_state() -> dict:
+        return service.state()
+
+    @app.get("/v1/debug/story/{key:path}")
+    async def story(key: str) -> list[dict]:
+        return service.core.story(key)
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"worker": worker_id, "lm": service.lm_id,
+                "lm_reachable": service.lm_link.reachable}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(service.runner.registry).decode())
+
+    return app
+
+
+def main() -> None:
+    """`python -m services.worker`: MEGHA_CONFIG, MEGHA_ID (e.g. `lm-1/w0`), MEGHA_ENDPOINTS;
+    MEGHA_BURN_CPU=1 burns real CPU for each task instead of only holding its resources."""
+    env = read_service_env()
+    burn_cpu = os.environ.get("MEGHA_BURN_CPU", "") in ("1", "true", "yes")
+    try:
+        app = create_app(env.federation, env.service_id, env.endpoints, burn_cpu=burn_cpu,
+                         log=env.log)
+    except InvalidInput as error:
+        env.log.emit("config_error", {"error": str(error)})
+        raise SystemExit(2) from None
+    serve(app, env.endpoints.url(env.service_id))
+
+
+if __name__ == "__main__":
+    main()
