@@ -127,6 +127,16 @@ class WorkerTaskFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class DispatchFailed:
+    """The LM's driver could not hand an attempt to its worker agent (it never answered)."""
+
+    stimulus_id: str
+    worker: str
+    attempt_id: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerHeartbeat:
     """A worker agent is alive and runs (or queues) these attempts.
 
@@ -176,6 +186,7 @@ Event = (
     | WorkerTaskStarted
     | WorkerTaskFinished
     | WorkerTaskFailed
+    | DispatchFailed
     | WorkerHeartbeat
     | TaskAssigned
     | TaskCancelled

@@ -582,11 +582,13 @@ class GlobalMaster:
 
     def _check_leases(self, snapshot, stimulus_id: str, now: float,
                       commands: list[Command]) -> None:
-        """Requeue launched attempts the LM has stopped listing for `attempt_grace` seconds.
+        """Requeue launched attempts a restarted LM has not listed for `attempt_grace` s.
 
-        Normally an attempt's end arrives as a task event; this catches the ends nobody
-        reported (an LM restarted while its worker finished or dropped the task). A finish
-        that does arrive later still completes the task: the first attempt to finish wins.
+        Normally an attempt's end arrives as a task event. Only an LM incarnation that
+        launched an attempt knows to report its end; a restarted one (a newer epoch) that
+        has not adopted it from its worker never will. Within one epoch the LM's task events
+        may lag its heartbeats under load, so those attempts are left to their events. A
+        finish that does arrive later still completes the task: the first one wins.
         """
         live = self._live_on.get(snapshot.lm)
         if not live or snapshot.running is None:
@@ -596,8 +598,8 @@ class GlobalMaster:
             if attempt_id in listed or task.launched_at is None:
                 task.missing_since = None
                 continue
-            if task.launched_at >= snapshot.version:
-                continue  # this heartbeat was taken before the LM accepted the attempt
+            if task.launched_at[0] >= snapshot.epoch:
+                continue  # the incarnation that launched it will report its end
             if task.missing_since is None:
                 task.missing_since = now
             elif now - task.missing_since >= self.config.attempt_grace:

@@ -29,6 +29,7 @@ from common.commands import (
 from common.errors import InvariantViolated
 from common.events import (
     CancelRequested,
+    DispatchFailed,
     LaunchRequested,
     PreemptRequested,
     Tick,
@@ -49,6 +50,7 @@ class RunningAttempt:
     logical: bool  # placed by repartition or preemption outside the GM's own partition
     launched_at: float
     started: bool = False
+    acknowledged: bool = False  # its worker has listed it in a heartbeat or started it
 
 
 class LocalMaster:
@@ -70,6 +72,7 @@ class LocalMaster:
         epoch: int = 0,
         heartbeat_interval: float = 1.0,
         worker_timeout: float = 3.0,
+        dispatch_timeout: float | None = None,
         recovering: bool = False,
         story_len: int = 100_000,
         ended_memory: int = 200_000,
@@ -81,6 +84,7 @@ class LocalMaster:
         self.seq = 0
         self.heartbeat_interval = heartbeat_interval
         self.worker_timeout = worker_timeout
+        self.dispatch_timeout = 4 * worker_timeout if dispatch_timeout is None else dispatch_timeout
         self.next_heartbeat_at = now
         self.running: dict[str, RunningAttempt] = {}
         self._ended: OrderedDict[str, Reason] = OrderedDict()
@@ -103,6 +107,7 @@ class LocalMaster:
             WorkerTaskStarted: self._on_started,
             WorkerTaskFinished: self._on_finished,
             WorkerTaskFailed: self._on_failed,
+            DispatchFailed: self._on_dispatch_failed,
             WorkerHeartbeat: self._on_worker_heartbeat,
             Tick: self._on_tick,
         }
@@ -257,7 +262,7 @@ class LocalMaster:
             return [Log("worker_report_ignored", {"attempt": event.attempt_id, "kind": "started"})]
         if attempt.started:  # a retried report: the GM heard it already
             return [Log("worker_report_repeated", {"attempt": event.attempt_id})]
-        attempt.started = True
+        attempt.started = attempt.acknowledged = True
         worker = self.topology.workers[attempt.node_index]
         if event.worker == worker:
             self._worker_seen[worker] = now
@@ -281,6 +286,15 @@ class LocalMaster:
         commands: list[Command] = []
         self._end(event.stimulus_id, event.attempt_id, Reason.FAILED, now, commands,
                   detail=event.detail)
+        return commands
+
+    def _on_dispatch_failed(self, event: DispatchFailed, now: float) -> list[Command]:
+        attempt = self.running.get(event.attempt_id)
+        if attempt is None or attempt.acknowledged:
+            return [Log("dispatch_failure_ignored", {"attempt": event.attempt_id})]
+        commands: list[Command] = []
+        self._end(event.stimulus_id, event.attempt_id, Reason.LOST, now, commands,
+                  detail=f"never reached {event.worker}: {event.detail}")
         return commands
 
     def _end(
@@ -331,13 +345,21 @@ class LocalMaster:
         reported = set()
         for item in event.running:
             reported.add(item.attempt_id)
-            if item.attempt_id not in self.running:
+            known = self.running.get(item.attempt_id)
+            if known is None:
                 self._adopt_or_stop(event.stimulus_id, worker, item, now, commands)
-        # A launch dispatched just before this heartbeat was sent may not be in it yet;
-        # only an attempt missing for a whole timeout was really dropped by its worker.
+            else:
+                known.acknowledged = True
+        # A heartbeat may overtake the report of an attempt's end, or a launch on its way
+        # to the worker: only an attempt missing for a whole `worker_timeout` since its
+        # launch was really dropped (its worker restarted, say). One its worker never
+        # acknowledged gets `dispatch_timeout`: a busy LM can take a while to hand it over,
+        # and the driver reports a hand-over that failed for good (`DispatchFailed`).
         for attempt_id, attempt in list(self.running.items()):
-            if (attempt_id not in reported and attempt.node_index in nodes
-                    and now - attempt.launched_at > self.worker_timeout):
+            if attempt_id in reported or attempt.node_index not in nodes:
+                continue
+            age = now - attempt.launched_at
+            if age > (self.worker_timeout if attempt.acknowledged else self.dispatch_timeout):
                 self._end(event.stimulus_id, attempt_id, Reason.LOST, now, commands,
                           detail=f"{worker} no longer runs it")
         self._unheard_workers.discard(worker)
@@ -363,7 +385,7 @@ class LocalMaster:
             return
         owner = self.topology.gms[self.topology.owner[i]]
         self.state.take(i, demand.cpu_m, demand.mem_mib)
-        self.running[item.attempt_id] = RunningAttempt(item, i, owner != item.gm, now, True)
+        self.running[item.attempt_id] = RunningAttempt(item, i, owner != item.gm, now, True, True)
         self._snapshot_cache = None
         self.log.record(now, stimulus_id, item.attempt_id, "unknown", "adopted", worker)
         commands.append(Log("attempt_adopted", self._fields(item)))

@@ -46,6 +46,10 @@ class EventLog:
         # pika logs every refused connection attempt at ERROR with a stack; our broker
         # adapter reports connection changes as events of its own
         logging.getLogger("pika").setLevel(logging.CRITICAL)
+        # one INFO line per HTTP request would drown the events that matter
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        logging.getLogger("httpcore").setLevel(logging.WARNING)
+        logging.captureWarnings(True)  # warnings go through logging, so they are JSON too
         for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
             logging.getLogger(name).handlers[:] = []
             logging.getLogger(name).propagate = True

@@ -23,7 +23,6 @@ import uuid
 from pathlib import Path
 
 import httpx
-import uvicorn
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import generate_latest
@@ -33,7 +32,7 @@ from pydantic import ValidationError
 from common.commands import JobEnded, SendCancel, SendLaunch, SendPreempt
 from common.errors import InvalidInput
 from common.events import JobSubmitted, LMRequestFailed, TaskEventReceived, Tick
-from common.federation import Federation, load_federation
+from common.federation import Federation
 from common.gm import GlobalMaster
 from common.messages import RequestKind
 from common.policies.fairness import dominant
@@ -61,11 +60,17 @@ from services.broker import (
 )
 from services.endpoints import Endpoints
 from services.eventlog import EventLog
+from services.http import read_service_env, serve
 from services.runtime import CoreRunner
 from services.store import GMStore
 
 LM_REQUEST_TIMEOUT = 2.0  # seconds per try; an LM answers a batch in milliseconds
-LM_REQUEST_TRIES = 3  # retrying is safe: attempt ids make launches idempotent at the LM
+LM_CONNECT_TRIES = 3  # an LM that refuses connections is down: give up after these
+# A slow LM (a timeout, not a refusal) is asked the same request again until this deadline:
+# attempt ids make that safe, while giving up would requeue tasks that are in fact running
+# and add duplicate work to an overloaded federation (a congestion collapse, measured with
+# benchmarks/bench_services.py).
+LM_SLOW_DEADLINE = 30.0
 
 
 def invalid(error: InvalidInput) -> HTTPException:
@@ -202,7 +207,11 @@ class GMService:
         """POST to an LM, retrying the same request; its answer or its failure is an event."""
         url = self.endpoints.url(lm) + path
         failure = ""
-        for attempt in range(LM_REQUEST_TRIES):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LM_SLOW_DEADLINE
+        refused = 0
+        attempt = 0
+        while refused < LM_CONNECT_TRIES and loop.time() < deadline:
             try:
                 response = await self.client.post(url, content=body,
                                                    headers={"content-type": "application/json"})
@@ -214,9 +223,14 @@ class GMService:
                 failure = f"HTTP {response.status_code}: {response.text[:200]}"
                 if response.status_code < 500:
                     break  # the LM refused the request itself: repeating it cannot help
+                refused += 1
+            except httpx.TimeoutException as error:
+                failure = repr(error)[:200]  # slow, not gone: ask again
             except (httpx.TransportError, ValidationError) as error:
                 failure = repr(error)[:200]
-            await asyncio.sleep(0.05 * 2**attempt)
+                refused += 1
+            attempt += 1
+            await asyncio.sleep(min(1.0, 0.05 * 2**attempt))
         self.log.emit("lm_request_failed", {"lm": lm, "request": request_id, "path": path,
                                             "error": failure})
         self.runner.handle(LMRequestFailed(self.runner.stimulus("request_failed"), lm,
@@ -316,7 +330,9 @@ def create_app(service: GMService) -> FastAPI:
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
         ok = service.broker.connected
-        body = {"gm": service.gm_id, "broker": ok, "lms_in_view": len(service.core.view.slots)}
+        view = service.core.view
+        body = {"gm": service.gm_id, "broker": ok, "lms_in_view": len(view.slots),
+                "nodes_up_in_view": view.state.up.count() if view.state is not None else 0}
         return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/metrics")
@@ -329,17 +345,11 @@ def create_app(service: GMService) -> FastAPI:
 def main() -> None:
     """`python -m services.gm`: MEGHA_CONFIG (federation TOML), MEGHA_ID (this GM),
     MEGHA_ENDPOINTS (id=url,...), MEGHA_AMQP_URL, MEGHA_STATE_DIR (default ./state)."""
-    gm_id = os.environ["MEGHA_ID"]
-    log = EventLog(gm_id)
-    log.install_logging()
-    path = os.environ["MEGHA_CONFIG"]
-    federation = load_federation(Path(path).read_text(), path)
-    endpoints = Endpoints.from_env()
-    service = GMService(federation, gm_id, endpoints, os.environ["MEGHA_AMQP_URL"],
-                        Path(os.environ.get("MEGHA_STATE_DIR", "state")), log=log)
-    url = httpx.URL(endpoints.url(gm_id))
-    uvicorn.run(create_app(service), host="0.0.0.0" if url.host != "127.0.0.1" else url.host,
-                port=url.port or 80, access_log=False, log_config=None)
+    env = read_service_env()
+    service = GMService(env.federation, env.service_id, env.endpoints,
+                        os.environ.get("MEGHA_AMQP_URL", ""),
+                        Path(os.environ.get("MEGHA_STATE_DIR", "state")), log=env.log)
+    serve(create_app(service), env.endpoints.url(env.service_id))
 
 
 if __name__ == "__main__":

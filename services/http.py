@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -140,13 +139,6 @@ def wire_response(model: BaseModel, status_code: int = 200) -> Response:
     return Response(model.model_dump_json(), status_code=status_code, media_type=JSON)
 
 
-def quiet_library_logs() -> None:
-    """httpx logs every request at INFO: a heartbeat a second would drown the event log."""
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("httpcore").setLevel(logging.WARNING)
-    logging.captureWarnings(True)  # warnings go through logging, so they are JSON lines too
-
-
 def listen_address(base_url: str) -> tuple[str, int]:
     """Where to bind for a service whose peers reach it at `base_url`.
 
@@ -191,7 +183,6 @@ def read_service_env() -> ServiceEnv:
     service_id = os.environ.get("MEGHA_ID", "")
     log = EventLog(service_id or "unknown")
     log.install_logging()
-    quiet_library_logs()
     try:
         if not service_id:
             raise InvalidInput("MEGHA_ID", "is not set")

@@ -53,7 +53,7 @@ from common.commands import (
     StopOnWorker,
 )
 from common.errors import InvalidInput
-from common.events import CancelRequested, Tick
+from common.events import CancelRequested, DispatchFailed, Tick
 from common.federation import Federation
 from common.lm import LocalMaster
 from common.wire import (
@@ -91,6 +91,7 @@ from services.runtime import CoreRunner
 
 WORKER_CALL_TRIES = 5  # ~1.5 s of backoff: then the worker timeout takes over
 PUBLISH_TIMEOUT = 5.0
+PUBLISH_BATCH = 200  # task events published before their confirms are awaited together
 MAX_PUBLISH_BACKOFF = 2.0
 SHUTDOWN_FLUSH_SECONDS = 2.0
 
@@ -132,7 +133,7 @@ class LMService:
         self.worker_urls = {worker: endpoints.url(worker) for worker in set(topology.workers)}
         self.broker = Broker(amqp_url, lm_id, events=self.log.emit)
         self.task_events: asyncio.Queue[_OutgoingEvent] = asyncio.Queue()
-        self._publishing: _OutgoingEvent | None = None  # taken from the queue, not confirmed
+        self._publishing: int | None = None  # events taken from the queue, not confirmed yet
         self.broker_link = PeerLink(self.log, "task_events_delayed", "task_events_flowing",
                                     {"lm": lm_id})
         self.client: httpx.AsyncClient | None = None
@@ -270,6 +271,9 @@ class LMService:
         except PeerUnreachable as error:
             self.worker_calls_failed.labels(call).inc()
             self.log.emit("worker_call_failed", fields | {"error": str(error)[:300]})
+            if call == "start":  # it never got there: the GM should place it again now
+                self.runner.handle(DispatchFailed(self.runner.stimulus("dispatch_failed"),
+                                                  worker, attempt_id, str(error)[:200]))
             return
         # 404 on a stop: the worker no longer had it, which is what a stop wants
         if response.status_code >= 400 and not (call == "stop" and response.status_code == 404):
@@ -285,30 +289,44 @@ class LMService:
                                                    str(command.event.kind)))
 
     async def _drain_task_events(self) -> None:
-        """The only publisher of task events: one at a time, each until confirmed.
+        """The only publisher of task events: in batches, each event until confirmed.
 
-        A publish that timed out may still have reached RabbitMQ, so an event can arrive
-        twice (at least once); GMs take task events idempotently by attempt id and kind.
+        A batch is published in order on the one channel and its confirms are awaited
+        together: waiting for each disk confirm before the next publish capped an LM at one
+        event per confirm round trip, and under load completions reached GMs tens of
+        seconds late (benchmarks/bench_services.py). Events of a batch that failed are
+        published again, so an event can arrive twice (at least once); GMs take task events
+        idempotently by attempt id and kind.
         """
         while True:
-            item = self._publishing = await self.task_events.get()
+            batch = [await self.task_events.get()]
+            while len(batch) < PUBLISH_BATCH and not self.task_events.empty():
+                batch.append(self.task_events.get_nowait())
+            self._publishing = len(batch)
             delay = 0.1
-            while True:
-                try:
-                    await self.broker.publish(TASK_EVENTS_EXCHANGE, item.gm, item.body,
-                                              persistent=True, timeout=PUBLISH_TIMEOUT)
-                    break
-                except BrokerUnavailable as error:
+            while batch:
+                results = await asyncio.gather(*(
+                    self.broker.publish(TASK_EVENTS_EXCHANGE, item.gm, item.body,
+                                        persistent=True, timeout=PUBLISH_TIMEOUT)
+                    for item in batch), return_exceptions=True)
+                failed = [item for item, result in zip(batch, results, strict=True)
+                          if isinstance(result, BaseException)]
+                for item, result in zip(batch, results, strict=True):
+                    if not isinstance(result, BaseException):
+                        self.task_events_published.labels(item.kind).inc()
+                if failed:
+                    error = next(r for r in results if isinstance(r, BaseException))
                     self.broker_link.failed(str(error), pending=self.outbox_size())
                     await asyncio.sleep(delay)
                     delay = min(MAX_PUBLISH_BACKOFF, delay * 2)
-            self._publishing = None
+                for _ in range(len(batch) - len(failed)):
+                    self.task_events.task_done()
+                batch = failed
+                self._publishing = len(batch) or None
             self.broker_link.answered(pending=self.outbox_size())
-            self.task_events_published.labels(item.kind).inc()
-            self.task_events.task_done()
 
     def outbox_size(self) -> int:
-        return self.task_events.qsize() + (self._publishing is not None)
+        return self.task_events.qsize() + (self._publishing or 0)
 
     def _publish_heartbeat(self, command: PublishHeartbeat) -> None:
         if not self.broker.connected:

@@ -45,6 +45,7 @@ from common.commands import KillTask, ReportToLM, RunTask
 from common.errors import InvalidInput
 from common.events import TaskAssigned, TaskCancelled, TaskRunEnded, Tick
 from common.federation import Federation
+from common.messages import Placement
 from common.reasons import Reason
 from common.wire import (
     PlacementWire,
@@ -101,6 +102,11 @@ class WorkerService:
         self.runner = CoreRunner(self.core, worker_id, self.log)
         self.runs: dict[str, asyncio.Task] = {}  # attempt id -> the task holding its resources
         self.outbox: asyncio.Queue[_OutgoingReport] = asyncio.Queue()
+        # Attempts that ended here but whose end report has not reached the LM yet: the
+        # heartbeat still lists them, or an LM hearing the heartbeat before the report would
+        # take them for lost and have them run again.
+        self._placements: dict[str, Placement] = {}
+        self._ending: set[str] = set()
         self.lm_link = PeerLink(self.log, "lm_unreachable", "lm_reachable",
                                 {"worker": worker_id, "lm": lm_id})
         self.client: httpx.AsyncClient | None = None
@@ -146,6 +152,7 @@ class WorkerService:
 
     def assign(self, wire: PlacementWire) -> dict:
         placement = placement_from_wire(wire)
+        self._placements.setdefault(placement.attempt_id, placement)
         self.runner.handle(TaskAssigned(self.runner.stimulus("assign"), placement))
         state = self.core.state_of(placement.attempt_id)
         return {"attempt_id": placement.attempt_id, "state": None if state is None else str(state)}
@@ -204,6 +211,8 @@ class WorkerService:
             run.cancel()
 
     def _queue_report(self, command: ReportToLM) -> None:
+        if command.kind is not Reason.STARTED:
+            self._ending.add(command.attempt_id)
         report = report_to_wire(command, self.worker_id)
         self.outbox.put_nowait(_OutgoingReport(report, asyncio.get_running_loop().time()))
 
@@ -216,6 +225,20 @@ class WorkerService:
             await self._deliver(item)
 
     async def _deliver(self, item: _OutgoingReport) -> None:
+        try:
+            await self._deliver_once(item)
+        finally:
+            if item.report.kind != "started":
+                self._ending.discard(item.report.attempt_id)
+                self._placements.pop(item.report.attempt_id, None)
+
+    def heartbeat_placements(self) -> list[Placement]:
+        """What runs or queues here, and what ended here but the LM has not heard of yet."""
+        live = list(self.core.running_placements())
+        live.extend(self._placements[a] for a in self._ending if a in self._placements)
+        return live
+
+    async def _deliver_once(self, item: _OutgoingReport) -> None:
         assert self.client is not None
         report = item.report
         fields = {"worker": self.worker_id, "lm": self.lm_id, "attempt": report.attempt_id,
@@ -249,7 +272,7 @@ class WorkerService:
         next_at = loop.time()
         while True:
             body = worker_heartbeat_to_wire(self.worker_id,
-                                            self.core.running_placements()).model_dump_json()
+                                            self.heartbeat_placements()).model_dump_json()
             try:
                 # about an interval at most: the next heartbeat carries fresher news
                 response = await self.client.post(url, content=body, timeout=timeout,

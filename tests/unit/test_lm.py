@@ -234,3 +234,18 @@ def test_reports_from_strangers_and_repeated_starts_change_nothing() -> None:
     lm.handle(WorkerTaskStarted("s", "intruder", "j/0#0.1"), 0.7)
     lm.handle(Tick("t"), 10.0)  # used to raise KeyError for the unknown worker
     lm.validate()
+
+
+def test_a_dispatch_that_never_arrived_is_lost_at_once_and_slow_ones_get_time() -> None:
+    from common.events import DispatchFailed
+
+    lm = LocalMaster(topology(), worker_timeout=1.0, dispatch_timeout=5.0)
+    launch(lm, item("j/0#0.1", "n0"), item("j/1#0.1", "n0"))
+    lost = lm.handle(DispatchFailed("d", "w0", "j/0#0.1", "connection refused"), 0.5)
+    assert [c.event.kind for c in lost if isinstance(c, PublishTaskEvent)] == [Reason.LOST]
+    # j/1 was never acknowledged by w0: a heartbeat without it is no proof before 5 s
+    lm.handle(WorkerHeartbeat("h", "w0", ()), 2.0)
+    assert "j/1#0.1" in lm.running
+    lm.handle(WorkerHeartbeat("h", "w0", ()), 5.5)
+    assert "j/1#0.1" not in lm.running
+    lm.validate()
