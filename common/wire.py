@@ -246,6 +246,13 @@ class PreemptRequest(WireModel):
     victims: list[Name] = Field(min_length=1)  # attempt ids running on the placement's node
 
 
+class CancelRequest(WireModel):
+    """`POST /v1/cancel`: the owning GM no longer wants this attempt (a superseded copy)."""
+
+    gm: Name
+    attempt_id: Name
+
+
 def launch_request_to_wire(send: SendLaunch, gm: str) -> LaunchRequest:
     return LaunchRequest(
         gm=gm,

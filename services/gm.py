@@ -38,6 +38,7 @@ from common.messages import RequestKind
 from common.policies.fairness import dominant
 from common.reasons import Reason
 from common.wire import (
+    CancelRequest,
     JobSubmission,
     LMReply,
     LMSnapshotWire,
@@ -239,7 +240,9 @@ class GMService:
     async def _send_cancel(self, command: SendCancel) -> None:
         url = self.endpoints.url(command.lm) + "/v1/cancel"
         with contextlib.suppress(httpx.TransportError):
-            await self.client.post(url, json={"gm": self.gm_id, "attempt_id": command.attempt_id})
+            body = CancelRequest(gm=self.gm_id, attempt_id=command.attempt_id)
+            await self.client.post(url, content=body.model_dump_json(),
+                                   headers={"content-type": "application/json"})
 
     # -- questions -------------------------------------------------------------------------------
 

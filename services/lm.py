@@ -57,10 +57,9 @@ from common.events import CancelRequested, DispatchFailed, Tick
 from common.federation import Federation
 from common.lm import LocalMaster
 from common.wire import (
+    CancelRequest,
     LaunchRequest,
-    Name,
     PreemptRequest,
-    WireModel,
     WorkerHeartbeatWire,
     WorkerReport,
     launch_requested_from_wire,
@@ -94,13 +93,6 @@ PUBLISH_TIMEOUT = 5.0
 PUBLISH_BATCH = 200  # task events published before their confirms are awaited together
 MAX_PUBLISH_BACKOFF = 2.0
 SHUTDOWN_FLUSH_SECONDS = 2.0
-
-
-class CancelRequest(WireModel):
-    """`POST /v1/cancel`: the owning GM no longer wants this attempt (a redundant copy)."""
-
-    gm: Name
-    attempt_id: Name
 
 
 @dataclass(frozen=True, slots=True)
