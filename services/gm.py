@@ -61,7 +61,7 @@ from services.broker import (
 )
 from services.endpoints import Endpoints
 from services.eventlog import EventLog
-from services.http import read_service_env, serve
+from services.http import lifespan_of, read_service_env, serve
 from services.runtime import CoreRunner
 from services.store import GMStore
 
@@ -306,13 +306,7 @@ class _CoreCounters:
 
 
 def create_app(service: GMService) -> FastAPI:
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        await service.start()
-        yield
-        await service.stop()
-
-    app = FastAPI(title=f"megha GM {service.gm_id}", lifespan=lifespan)
+    app = FastAPI(title=f"megha GM {service.gm_id}", lifespan=lifespan_of(service))
 
     @app.post("/v1/jobs", status_code=202)
     async def post_job(sub: JobSubmission) -> dict:

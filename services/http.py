@@ -11,6 +11,7 @@ starting with "body" as FastAPI's own would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -197,6 +198,20 @@ def read_service_env() -> ServiceEnv:
         log.emit("config_error", {"error": str(error)})
         raise SystemExit(2) from None
     return ServiceEnv(service_id, log, federation, endpoints)
+
+
+def lifespan_of(service) -> Callable:
+    """FastAPI's lifespan for a service object with `start()` and `stop()` coroutines."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    return lifespan
 
 
 def serve(app, base_url: str) -> None:

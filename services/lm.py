@@ -78,6 +78,7 @@ from services.http import (
     PeerLink,
     PeerUnreachable,
     body_error,
+    lifespan_of,
     log_crashes,
     make_client,
     parse_body,
@@ -351,15 +352,7 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
     service = LMService(federation, lm_id, endpoints, amqp_url, epoch=epoch,
                         recovering=recovering, log=log)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        await service.start()
-        try:
-            yield
-        finally:
-            await service.stop()
-
-    app = FastAPI(title=f"megha LM {lm_id}", lifespan=lifespan)
+    app = FastAPI(title=f"megha LM {lm_id}", lifespan=lifespan_of(service))
     app.state.service = service
 
     def launch_route(kind: str) -> Callable[[Request], Awaitable[Response]]:

@@ -62,6 +62,7 @@ from services.http import (
     JSON,
     PeerLink,
     PeerUnreachable,
+    lifespan_of,
     log_crashes,
     make_client,
     parse_body,
@@ -323,15 +324,7 @@ def create_app(federation: Federation, worker_id: str, endpoints: Endpoints, *,
                burn_cpu: bool = False, log: EventLog | None = None) -> FastAPI:
     service = WorkerService(federation, worker_id, endpoints, burn_cpu=burn_cpu, log=log)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        await service.start()
-        try:
-            yield
-        finally:
-            await service.stop()
-
-    app = FastAPI(title=f"megha worker agent {worker_id}", lifespan=lifespan)
+    app = FastAPI(title=f"megha worker agent {worker_id}", lifespan=lifespan_of(service))
     app.state.service = service
 
     @app.post("/v1/tasks", status_code=202)

@@ -8,6 +8,7 @@ arrival order. Policies are selected by name from `LOCAL_QUEUE_POLICIES`.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import ClassVar
 
@@ -19,7 +20,7 @@ from common.messages import Placement
 OrderKey = tuple[float | int, ...]
 
 
-class LocalQueue:
+class LocalQueue(ABC):
     """Queued placements of one node, iterated in `order_key` order.
 
     `seq` is the caller's arrival counter: it breaks ties, so equal keys keep arrival order.
@@ -34,8 +35,9 @@ class LocalQueue:
         self._by_attempt: dict[str, tuple[OrderKey, Placement]] = {}
 
     @staticmethod
+    @abstractmethod
     def order_key(placement: Placement, seq: int) -> OrderKey:
-        raise NotImplementedError
+        """The policy: lower keys run first."""
 
     def push(self, placement: Placement, seq: int) -> None:
         if placement.attempt_id in self._by_attempt:
