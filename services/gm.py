@@ -24,8 +24,7 @@ from pathlib import Path
 
 import httpx
 from fastapi import FastAPI, HTTPException
-from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import generate_latest
+from fastapi.responses import JSONResponse
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import ValidationError
 
@@ -61,7 +60,7 @@ from services.broker import (
 )
 from services.endpoints import Endpoints
 from services.eventlog import EventLog
-from services.http import lifespan_of, read_service_env, serve
+from services.http import add_shared_routes, lifespan_of, read_service_env, serve
 from services.runtime import CoreRunner
 from services.store import GMStore
 
@@ -320,10 +319,6 @@ def create_app(service: GMService) -> FastAPI:
     async def get_queues() -> list[dict]:
         return service.queues_view()
 
-    @app.get("/v1/debug/story/{key:path}")
-    async def story(key: str) -> list[dict]:
-        return service.core.story(key)
-
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
         ok = service.broker.connected
@@ -332,10 +327,7 @@ def create_app(service: GMService) -> FastAPI:
                 "nodes_up_in_view": view.state.up.count() if view.state is not None else 0}
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    @app.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(generate_latest(service.runner.registry).decode())
-
+    add_shared_routes(app, service.core, service.runner.registry)
     return app
 
 

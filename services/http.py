@@ -22,6 +22,8 @@ import httpx
 import uvicorn
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import PlainTextResponse
+from prometheus_client import generate_latest
 from pydantic import BaseModel, ValidationError
 
 from common.errors import InvalidInput
@@ -212,6 +214,18 @@ def lifespan_of(service) -> Callable:
             await service.stop()
 
     return lifespan
+
+
+def add_shared_routes(app, core, registry) -> None:
+    """What every service answers: the story of an id and its Prometheus metrics."""
+
+    @app.get("/v1/debug/story/{key:path}")
+    async def story(key: str) -> list[dict]:
+        return core.story(key)
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(registry).decode())
 
 
 def serve(app, base_url: str) -> None:

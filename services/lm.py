@@ -42,8 +42,8 @@ from urllib.parse import quote
 
 import httpx
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import Counter, Gauge, generate_latest
+from fastapi.responses import JSONResponse
+from prometheus_client import Counter, Gauge
 
 from common.commands import (
     PublishHeartbeat,
@@ -77,6 +77,7 @@ from services.eventlog import EventLog
 from services.http import (
     PeerLink,
     PeerUnreachable,
+    add_shared_routes,
     body_error,
     lifespan_of,
     log_crashes,
@@ -394,20 +395,14 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
     async def get_state() -> dict:
         return service.state()
 
-    @app.get("/v1/debug/story/{key:path}")
-    async def story(key: str) -> list[dict]:
-        return service.core.story(key)
-
     @app.get("/healthz")
     async def healthz() -> dict:
         # healthy while RabbitMQ is away: the outbox holds task events until it is back
         return {"lm": lm_id, "epoch": service.core.epoch, "recovering": service.core.recovering,
                 "broker_connected": service.broker.connected}
 
-    @app.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(generate_latest(service.runner.registry).decode())
 
+    add_shared_routes(app, service.core, service.runner.registry)
     return app
 
 

@@ -41,6 +41,11 @@ def rabbitmq(command: str) -> str:
     return done.stdout.strip()
 
 
+def rabbitmq_running() -> bool:
+    return subprocess.run(["bash", str(RABBITMQ), "status"], capture_output=True,
+                          timeout=60).returncode == 0
+
+
 def log_name(service_id: str) -> str:
     return service_id.replace("/", "_") + ".log"
 
@@ -122,8 +127,7 @@ class LocalFederation:
 
     def start(self) -> None:
         if not self.amqp_url:
-            self._started_broker = subprocess.run(
-                ["bash", str(RABBITMQ), "status"], capture_output=True).returncode != 0
+            self._started_broker = not rabbitmq_running()
             rabbitmq("start")
             self.amqp_url = rabbitmq("url")
         # workers first, then LMs (they recover from their workers), then GMs

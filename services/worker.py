@@ -38,8 +38,8 @@ from typing import Literal
 
 import httpx
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import Counter, Gauge, generate_latest
+from fastapi.responses import JSONResponse
+from prometheus_client import Counter, Gauge
 
 from common.commands import KillTask, ReportToLM, RunTask
 from common.errors import InvalidInput
@@ -62,6 +62,7 @@ from services.http import (
     JSON,
     PeerLink,
     PeerUnreachable,
+    add_shared_routes,
     lifespan_of,
     log_crashes,
     make_client,
@@ -346,19 +347,13 @@ def create_app(federation: Federation, worker_id: str, endpoints: Endpoints, *,
     async def get_state() -> dict:
         return service.state()
 
-    @app.get("/v1/debug/story/{key:path}")
-    async def story(key: str) -> list[dict]:
-        return service.core.story(key)
-
     @app.get("/healthz")
     async def healthz() -> dict:
         return {"worker": worker_id, "lm": service.lm_id,
                 "lm_reachable": service.lm_link.reachable}
 
-    @app.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(generate_latest(service.runner.registry).decode())
 
+    add_shared_routes(app, service.core, service.runner.registry)
     return app
 
 

@@ -3,26 +3,9 @@
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-RABBITMQ = ROOT / "scripts" / "rabbitmq.sh"
-
-
-def rabbitmq(command: str) -> str:
-    done = subprocess.run(["bash", str(RABBITMQ), command], capture_output=True, text=True,
-                          timeout=180)
-    if done.returncode != 0:
-        raise RuntimeError(f"scripts/rabbitmq.sh {command} failed:\n{done.stderr}")
-    return done.stdout.strip()
-
-
-def rabbitmq_running() -> bool:
-    return subprocess.run(["bash", str(RABBITMQ), "status"], capture_output=True,
-                          timeout=60).returncode == 0
+from services.local import rabbitmq, rabbitmq_running
 
 
 @pytest.fixture(scope="session")
