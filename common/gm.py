@@ -105,6 +105,7 @@ class TaskRecord:
     failures: int = 0
     losses: int = 0
     runtime: float | None = None
+    started_at: float | None = None  # when this GM first heard the task started (its clock)
     launched_at: tuple[int, int] | None = None  # the LM's version when it took the attempt
     missing_since: float | None = None  # first heartbeat that no longer listed it
 
@@ -638,6 +639,8 @@ class GlobalMaster:
                     slot = self.view.slots.get(report.lm)
                     task.launched_at = slot.version if slot is not None else (-1, -1)
                 self._move(task, TaskState.RUNNING, Reason.STARTED, event.stimulus_id, now)
+                if task.started_at is None:  # allocation time counts the first start only
+                    task.started_at = now
                 if task.job.state is JobState.PENDING:
                     self._move_job(task.job, JobState.RUNNING, event.stimulus_id, now)
         elif report.kind is Reason.FINISHED:
@@ -842,6 +845,7 @@ class GlobalMaster:
             "tasks": [
                 {"task": t.spec.task_id, "state": str(t.state), "reason": str(t.reason),
                  "attempt": t.live, "lm": t.lm, "node": t.node, "runtime": t.runtime,
+                 "started_at": t.started_at,
                  "pilot": t.index in progress.pilots}
                 for t in job.tasks
             ],

@@ -1,0 +1,1 @@
+"""The load generator: trace readers, workload fitting and open-loop HTTP replay."""

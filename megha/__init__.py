@@ -1,0 +1,1 @@
+"""The project's one command-line entry point (`megha`, or `python -m megha`)."""

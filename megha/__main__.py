@@ -1,0 +1,5 @@
+import sys
+
+from megha.cli import main
+
+sys.exit(main())

@@ -1,0 +1,139 @@
+"""The load generator's pure parts: trace parsing, workload fitting, summary figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.errors import InvalidInput
+from loadgen.replay import JobOutcome, ReplayResult
+from loadgen.summary import percentile, summarize
+from loadgen.trace import parse_lines, read_trace
+from loadgen.workload import ReplayJob, ReplayTask, Scaling, from_trace, offered_load, scale
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bundled_sample_matches_its_documented_size():
+    read = read_trace(ROOT / "deploy" / "workloads" / "YH_small.tr")
+    assert len(read.jobs) == 10
+    assert sum(job.width for job in read.jobs) == 183
+    assert max(job.width for job in read.jobs) == 51
+
+
+def test_jobs_with_equal_arrivals_keep_file_order():
+    read = parse_lines(["5 1 1 1", "2 1 1 1", "5 1 2 2", "2 1 3 3"], "t.tr")
+    assert [(j.arrival, j.line) for j in read.jobs] == [(2, 2), (2, 4), (5, 1), (5, 3)]
+    assert read.jobs[0].estimate == 1 and read.jobs[1].durations == (3.0,)
+
+
+@pytest.mark.parametrize("line, message", [
+    ("1 2", "got 2 field(s)"),
+    ("x 1 1 1", "arrival_time is not a number: 'x'"),
+    ("1 two 1 1", "num_tasks is not an integer"),
+    ("1 0 1", "num_tasks must be at least 1"),
+    ("1 3 1 1 1", "num_tasks says 3 but the line has 2 task duration(s)"),
+    ("1 1 1 -4", "duration 1 must be a finite number >= 0"),
+    ("1 1 1 nan", "duration 1 must be a finite number >= 0"),
+])
+def test_a_bad_line_names_file_line_and_fault(line, message):
+    with pytest.raises(InvalidInput) as caught:
+        parse_lines(["1 1 1 1", line], "w.tr")
+    assert str(caught.value).startswith("w.tr:2: ")
+    assert message in str(caught.value)
+
+
+def test_skipping_bad_lines_counts_them_and_keeps_the_rest():
+    read = parse_lines(["1 1 1 1", "oops", "", "# comment", "2 1 1 1", "3 2 1 1"], "w.tr",
+                       skip_bad=True)
+    assert [job.line for job in read.jobs] == [1, 5]
+    assert read.skipped == 2
+    assert read.errors[0].startswith("w.tr:2: ")
+
+
+def test_unreadable_trace_is_a_clear_error(tmp_path):
+    with pytest.raises(InvalidInput, match="cannot read the trace"):
+        read_trace(tmp_path / "missing.tr")
+    (tmp_path / "bin.tr").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(InvalidInput, match="not a text file"):
+        read_trace(tmp_path / "bin.tr")
+
+
+def _jobs(*specs: tuple[float, list[float]]) -> list[ReplayJob]:
+    return [ReplayJob(f"j{k}", "u", arrival, tuple(ReplayTask(1000, 100, d) for d in durations),
+                      estimate=1.0)
+            for k, (arrival, durations) in enumerate(specs)]
+
+
+def test_from_trace_is_seeded_and_ids_are_stable():
+    read = parse_lines([f"{t} 2 1 1 1" for t in range(10, 30)], "t.tr")
+    first = from_trace(read.jobs, ["a", "b", "c"], cpu_m=500, mem_mib=64, seed=3, prefix="r")
+    again = from_trace(read.jobs, ["a", "b", "c"], cpu_m=500, mem_mib=64, seed=3, prefix="r")
+    assert first == again
+    assert first[0].arrival == 0 and first[-1].arrival == 19  # shifted to start at zero
+    assert first[0].job_id == "r-1"
+    assert {job.user for job in first} == {"a", "b", "c"}
+
+
+def test_offered_load_arithmetic():
+    # 2 tasks x 1000 m x 10 s + 1 task x 1000 m x 20 s = 40 core-seconds over a 20 s span
+    jobs = _jobs((0, [10, 10]), (20, [20]))
+    assert offered_load(jobs, cluster_cpu_m=4000) == pytest.approx(40 / (20 * 4))
+    assert offered_load(jobs[:1], cluster_cpu_m=4000) is None
+
+
+def test_scaling_caps_scales_and_aims_at_a_load():
+    jobs = _jobs((10, [10, 10, 10]), (30, [20]), (50, [4]))
+    fitted = scale(jobs, Scaling(max_width=2, duration_scale=0.5, time_scale=0.1), seed=0,
+                   cluster_cpu_m=1000)
+    assert [len(job.tasks) for job in fitted] == [2, 1, 1]
+    assert [t.duration for t in fitted[0].tasks] == [5, 5]
+    assert fitted[0].estimate == 0.5
+    assert [job.arrival for job in fitted] == pytest.approx([0, 2, 4])
+
+    aimed = scale(jobs, Scaling(target_load=0.5), seed=0, cluster_cpu_m=1000)
+    assert offered_load(aimed, 1000) == pytest.approx(0.5)
+    assert len(scale(jobs, Scaling(max_jobs=2), seed=0, cluster_cpu_m=1000)) == 2
+
+
+def test_sampling_is_seeded_and_never_empty_silently():
+    jobs = _jobs(*[(t, [1]) for t in range(200)])
+    kept = scale(jobs, Scaling(sample=0.25), seed=7, cluster_cpu_m=1000)
+    assert kept == scale(jobs, Scaling(sample=0.25), seed=7, cluster_cpu_m=1000)
+    assert 30 < len(kept) < 70
+    with pytest.raises(InvalidInput, match="no job is left"):
+        scale(jobs[:1], Scaling(sample=1e-9), seed=1, cluster_cpu_m=1000)
+
+
+@pytest.mark.parametrize("plan", [dict(max_width=0), dict(sample=1.5), dict(duration_scale=0),
+                                  dict(time_scale=1, target_load=1), dict(target_load=-1)])
+def test_bad_scaling_is_refused(plan):
+    with pytest.raises(InvalidInput):
+        Scaling(**plan)
+
+
+def test_percentile_interpolates_like_numpy():
+    numpy = pytest.importorskip("numpy")
+    values = sorted([0.3, 1.2, 0.01, 7.5, 2.2, 2.2, 9.0])
+    for p in (0, 50, 90, 99, 100):
+        assert percentile(values, p) == pytest.approx(numpy.percentile(values, p))
+
+
+def test_summary_counts_and_times():
+    jobs = _jobs((0, [1, 1]), (1, [1]), (2, [1]))
+    done = JobOutcome(jobs[0], "gm-1", status="accepted", state="done", arrival=100.0,
+                      finished_at=103.0, task_starts=[100.5, None])
+    failed = JobOutcome(jobs[1], "gm-1", status="accepted", state="failed", arrival=101.0,
+                        task_starts=[101.25])
+    refused = JobOutcome(jobs[2], "gm-2", status="rejected", http_status=422,
+                         detail="tasks[0].cpu_m: no node", late_by=0.5)
+    summary = summarize(ReplayResult([done, failed, refused], 12.0, False))
+    assert summary["accepted"] == 2 and summary["rejected"] == 1
+    assert summary["completed"] == 1 and summary["failed"] == 1 and summary["unfinished"] == 0
+    assert summary["rejection_reasons"] == {"tasks[0].cpu_m: no node": 1}
+    assert summary["tasks_with_start_time"] == 2
+    assert summary["allocation_time_s"]["max"] == 0.5
+    assert summary["allocation_time_s"]["p50"] == pytest.approx(0.375)
+    assert summary["jct_s"]["mean"] == 3.0
+    assert summary["late_submissions"] == 1
