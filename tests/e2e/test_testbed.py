@@ -1,0 +1,118 @@
+"""The compose testbed end to end: the sample replay as the quick start runs it, then an LM,
+a worker and a GM container killed in the middle of a replay. Each kill test restarts the
+container it killed, so the next test starts from a whole testbed again.
+
+What "nothing accepted was lost" means here: every job a GM answered 202 for ends `done`, and
+the logs show each of its tasks finishing exactly once at its GM."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+
+import pytest
+from conftest import ComposeProject, accepted_jobs_all_done
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+SERVICES = ["rabbitmq", "gm-1", "gm-2", "lm-1", "lm-2", "lm-3", "lm-1-w0", "lm-1-w1",
+            "lm-2-w0", "lm-2-w1", "lm-3-w0", "lm-3-w1"]
+# The sample at a third of its pace: about 25 s of arrivals, tasks of a few seconds, so a kill
+# 8 s in lands while tasks run everywhere.
+KILL_REPLAY = ("--time-scale", "0.35", "--duration-scale", "0.35", "--cpu-m", "1000",
+               "--mem-mib", "1024")
+
+
+def test_sample_replay_completes_and_logs_time_every_allocation(testbed: ComposeProject) -> None:
+    testbed.compose("up", "-d")
+    loadgen = testbed.container("loadgen")
+    exit_status = loadgen.wait(timeout=600)["StatusCode"]
+    output = loadgen.logs().decode()
+    assert exit_status == 0, output[-3000:]
+    assert "10 accepted, 0 rejected" in output and "10 completed, 0 failed" in output, output
+
+    events = testbed.events()
+    arrivals = {e["job"]: (e["arrival"], e["tasks"]) for e in events
+                if e["event"] == "job_accepted"}
+    assert len(arrivals) == 10
+    first_start: dict[str, float] = {}
+    tasks_of: dict[str, set[str]] = defaultdict(set)
+    for event in events:
+        if event["event"] == "task_started" and event["job"] in arrivals:
+            first_start.setdefault(event["task"], event["ts"])
+            tasks_of[event["job"]].add(event["task"])
+    for job, (arrival, tasks) in arrivals.items():
+        assert len(tasks_of[job]) == tasks, f"{job}: {len(tasks_of[job])} of {tasks} started"
+        for task in tasks_of[job]:
+            allocation = first_start[task] - arrival
+            assert 0 <= allocation < 30, (task, allocation)
+
+
+def _kill_mid_replay(testbed: ComposeProject, service: str, down_for: float) -> tuple[dict, float]:
+    """Replay, kill `service` 8 s in, start it again `down_for` s later; the replay's results
+    and the time of the kill."""
+    testbed.wait_healthy(SERVICES)
+    replay, results = testbed.replay(*KILL_REPLAY)
+    time.sleep(8)
+    container = testbed.container(service)
+    killed_at = time.time()
+    container.kill()
+    time.sleep(down_for)
+    container.start()
+    testbed.wait_healthy([service])
+    output, _ = replay.communicate(timeout=600)
+    assert replay.returncode == 0, output[-4000:]
+    return accepted_jobs_all_done(testbed, results), killed_at
+
+
+def _each_task_done_once(testbed: ComposeProject, outcome: dict) -> list[dict]:
+    events = testbed.events()
+    jobs = {job["job"] for job in outcome["jobs"]}
+    done = Counter(e["task"] for e in events if e["event"] == "task_done" and e["job"] in jobs)
+    assert len(done) == sum(job["tasks"] for job in outcome["jobs"])
+    assert set(done.values()) == {1}, [t for t, n in done.items() if n > 1]
+    return events
+
+
+def _running_on(events: list[dict], worker_or_lm: str, key: str, at: float) -> set[str]:
+    """Attempts started on `worker_or_lm` before `at` and not finished by then."""
+    started = {e["attempt"] for e in events if e["event"] == "task_started"
+               and e.get(key) == worker_or_lm and e["ts"] < at}
+    ended = {e["attempt"] for e in events if e["event"] in ("task_finished", "task_cancelled")
+             and e["ts"] < at}
+    return started - ended
+
+
+def test_killed_worker_its_tasks_run_elsewhere_and_nothing_is_lost(testbed: ComposeProject) -> None:
+    outcome, killed_at = _kill_mid_replay(testbed, "lm-2-w0", down_for=8)
+    events = _each_task_done_once(testbed, outcome)
+    victims = _running_on(events, "lm-2/w0", "worker", killed_at)
+    assert victims, "the kill should land while tasks run on lm-2/w0"
+    assert any(e["event"] == "node_down" and e["ts"] > killed_at for e in events)
+    lost = {e["task"] for e in events if e["event"] == "task_requeued" and e["ts"] > killed_at}
+    assert {attempt.rpartition("#")[0] for attempt in victims} <= lost
+
+
+def test_killed_lm_recovers_from_its_workers_and_nothing_is_lost(testbed: ComposeProject) -> None:
+    outcome, killed_at = _kill_mid_replay(testbed, "lm-1", down_for=3)
+    events = _each_task_done_once(testbed, outcome)
+    assert _running_on(events, "lm-1", "lm", killed_at), "tasks should run under lm-1"
+    restarted = [e for e in events if e["svc"] == "lm-1" and e["event"] == "lm_started"
+                 and e["ts"] > killed_at]
+    assert restarted, "lm-1 should have started again"
+
+
+def test_killed_gm_resumes_its_accepted_jobs_and_nothing_is_lost(testbed: ComposeProject) -> None:
+    outcome, killed_at = _kill_mid_replay(testbed, "gm-1", down_for=3)
+    events = _each_task_done_once(testbed, outcome)
+    gm1_jobs = {job["job"] for job in outcome["jobs"] if job["gm"] == "gm-1"}
+    accepted_before = {e["job"] for e in events if e["event"] == "job_accepted"
+                       and e["svc"] == "gm-1" and e["ts"] < killed_at}
+    assert accepted_before & gm1_jobs, "gm-1 should hold jobs when it is killed"
+    # a restarted GM takes its jobs back from its store, or from its queue those it had not
+    # consumed yet when it died
+    recovered = {e["job"] for e in events if e["svc"] == "gm-1" and e["ts"] > killed_at
+                 and e["event"] in ("job_replayed", "job_arrived")}
+    finished_before = {e["job"] for e in events if e["event"] == "job_done"
+                       and e["ts"] < killed_at}
+    assert accepted_before - finished_before <= recovered
