@@ -335,9 +335,15 @@ def main() -> None:
     """`python -m services.gm`: MEGHA_CONFIG (federation TOML), MEGHA_ID (this GM),
     MEGHA_ENDPOINTS (id=url,...), MEGHA_AMQP_URL, MEGHA_STATE_DIR (default ./state)."""
     env = read_service_env()
-    service = GMService(env.federation, env.service_id, env.endpoints,
-                        os.environ.get("MEGHA_AMQP_URL", ""),
-                        Path(os.environ.get("MEGHA_STATE_DIR", "state")), log=env.log)
+    amqp_url = os.environ.get("MEGHA_AMQP_URL", "")
+    try:
+        if not amqp_url:
+            raise InvalidInput("MEGHA_AMQP_URL", "is not set")
+        service = GMService(env.federation, env.service_id, env.endpoints, amqp_url,
+                            Path(os.environ.get("MEGHA_STATE_DIR", "state")), log=env.log)
+    except InvalidInput as error:
+        env.log.emit("config_error", {"error": str(error)})
+        raise SystemExit(2) from None
     serve(create_app(service), env.endpoints.url(env.service_id))
 
 
