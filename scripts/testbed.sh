@@ -36,10 +36,10 @@ follow_loadgen() {
   cat >&2 <<EOF
 
 The testbed is still up. Try:
-  curl -s http://127.0.0.1:${MEGHA_GM1_PORT:-8001}/v1/queues        # gm-1's user queues
-  docker compose logs gm-1 | tail                     # JSON event lines of one service
-  scripts/testbed.sh replay                           # replay again
-  scripts/testbed.sh down                             # remove every container and network
+  curl -s http://127.0.0.1:${MEGHA_GM1_PORT:-8001}/v1/queues     # gm-1's user queues
+  docker compose logs --no-log-prefix gm-1 | tail   # JSON event lines of one service
+  scripts/testbed.sh replay                         # replay again
+  scripts/testbed.sh down                           # remove every container and network
 EOF
   return "$status"
 }
