@@ -112,6 +112,7 @@ class ReportToLM:
     attempt_id: str
     runtime: float | None = None
     detail: str = ""
+    at: float | None = None  # the worker's clock when it happened (set for "started")
 
 
 Command = (

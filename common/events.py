@@ -108,6 +108,7 @@ class WorkerTaskStarted:
     stimulus_id: str
     worker: str
     attempt_id: str
+    at: float | None = None  # the worker's clock when the task started
 
 
 @dataclass(frozen=True, slots=True)

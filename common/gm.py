@@ -105,7 +105,7 @@ class TaskRecord:
     failures: int = 0
     losses: int = 0
     runtime: float | None = None
-    started_at: float | None = None  # when this GM first heard the task started (its clock)
+    started_at: float | None = None  # first start: the worker's clock, else when the GM heard
     launched_at: tuple[int, int] | None = None  # the LM's version when it took the attempt
     missing_since: float | None = None  # first heartbeat that no longer listed it
 
@@ -640,7 +640,7 @@ class GlobalMaster:
                     task.launched_at = slot.version if slot is not None else (-1, -1)
                 self._move(task, TaskState.RUNNING, Reason.STARTED, event.stimulus_id, now)
                 if task.started_at is None:  # allocation time counts the first start only
-                    task.started_at = now
+                    task.started_at = report.at if report.at is not None else now
                 if task.job.state is JobState.PENDING:
                     self._move_job(task.job, JobState.RUNNING, event.stimulus_id, now)
         elif report.kind is Reason.FINISHED:

@@ -269,7 +269,8 @@ class LocalMaster:
         self.log.record(now, event.stimulus_id, event.attempt_id, "launched", "running")
         return [
             Log("task_running", self._fields(attempt.placement)),
-            PublishTaskEvent(attempt.placement.gm, self._task_event(attempt, Reason.STARTED)),
+            PublishTaskEvent(attempt.placement.gm,
+                             self._task_event(attempt, Reason.STARTED, at=event.at)),
         ]
 
     def _on_finished(self, event: WorkerTaskFinished, now: float) -> list[Command]:
@@ -483,11 +484,11 @@ class LocalMaster:
 
     def _task_event(
         self, attempt: RunningAttempt, kind: Reason, *, runtime: float | None = None,
-        detail: str = "",
+        detail: str = "", at: float | None = None,
     ) -> TaskEvent:
         item = attempt.placement
         return TaskEvent(kind, item.attempt_id, item.task.task_id, item.task.job_id, item.gm,
-                         self.lm, item.node_id, runtime, detail)
+                         self.lm, item.node_id, runtime, detail, at)
 
     def _fields(self, item: Placement, **extra) -> dict:
         fields = {"attempt": item.attempt_id, "task": item.task.task_id,

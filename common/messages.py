@@ -58,6 +58,7 @@ class TaskEvent:
     node_id: str
     runtime: float | None = None  # measured by the worker, for finished attempts
     detail: str = ""
+    at: float | None = None  # the worker's clock when a "started" attempt started
 
 
 def attempt_id_of(task_id: str, attempt: int) -> str:

@@ -566,6 +566,7 @@ class TaskEventWire(WireModel):
     node_id: Name
     runtime: NonNegativeFloat | None = None
     detail: str = ""
+    at: NonNegativeFloat | None = None  # the worker's clock, for a started attempt
 
 
 def task_event_to_wire(event: TaskEvent) -> TaskEventWire:
@@ -579,6 +580,7 @@ def task_event_to_wire(event: TaskEvent) -> TaskEventWire:
         node_id=event.node_id,
         runtime=event.runtime,
         detail=event.detail,
+        at=event.at,
     )
 
 
@@ -593,6 +595,7 @@ def task_event_from_wire(wire: TaskEventWire) -> TaskEvent:
         node_id=wire.node_id,
         runtime=wire.runtime,
         detail=wire.detail,
+        at=wire.at,
     )
 
 
@@ -606,6 +609,7 @@ class WorkerReport(WireModel):
     worker: Name
     kind: WorkerReportKind
     attempt_id: Name
+    at: NonNegativeFloat | None = None  # the worker's clock when it happened
     # validate_default: the check below must also run when a "finished" report omits it.
     runtime: NonNegativeFloat | None = Field(default=None, validate_default=True)
     detail: str = ""
@@ -630,6 +634,7 @@ def report_to_wire(report: ReportToLM, worker: str) -> WorkerReport:
         attempt_id=report.attempt_id,
         runtime=report.runtime,
         detail=report.detail,
+        at=report.at,
     )
 
 
@@ -638,7 +643,8 @@ def worker_report_to_event(
 ) -> WorkerTaskStarted | WorkerTaskFinished | WorkerTaskFailed:
     attempt = wire.attempt_id
     if wire.kind == "started":
-        return WorkerTaskStarted(stimulus_id=stimulus_id, worker=wire.worker, attempt_id=attempt)
+        return WorkerTaskStarted(stimulus_id=stimulus_id, worker=wire.worker, attempt_id=attempt,
+                                 at=wire.at)
     if wire.kind == "finished":
         assert wire.runtime is not None  # the model's validator guarantees it
         return WorkerTaskFinished(

@@ -246,7 +246,7 @@ class WorkerAgent:
         }
         return [
             RunTask(attempt_id, node.spec.node_id, duration=placement.task.duration),
-            ReportToLM(Reason.STARTED, attempt_id),
+            ReportToLM(Reason.STARTED, attempt_id, at=now),
             Log("task_started", fields),
         ]
 

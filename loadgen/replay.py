@@ -10,9 +10,9 @@ job id it already holds and does not run it twice.
 
 After the last submission the replayer polls the GMs (`GET /v1/jobs/{id}`) until every accepted
 job is done or failed, or until `completion_timeout`. Allocation times and job completion
-times come from those answers: a task's allocation time is when its GM heard it started minus
-the job's arrival at the GM, so it includes the LM's event delivery (the logs give the
-worker-side split; see the inspection tool).
+times come from those answers: a task's allocation time is when it started on its worker (the
+worker's clock, carried in the task event) minus the job's arrival at the GM (the GM's clock).
+On one machine, as in the testbed, both are the same clock.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def render(summary: dict) -> str:
         f"  late        {summary['late_submissions']} submission(s) more than "
         f"{LATE_AFTER * 1000:.0f} ms behind schedule (worst {summary['max_late_s']:.3f} s)",
         f"  allocation  ms over {summary['tasks_with_start_time']} tasks, "
-        f"to the start as its GM heard it: {_ms(summary['allocation_time_s'])}",
+        f"from arrival at the GM to start on a worker: {_ms(summary['allocation_time_s'])}",
         f"  jct         s over {summary['completed']} jobs: {_s(summary['jct_s'])}",
         f"  wall time   {summary['wall_s']:.1f} s" + (" (gave up waiting)"
                                                       if summary["timed_out"] else ""),

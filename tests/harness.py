@@ -224,10 +224,10 @@ class Federation:
                 self.executing[attempt] = source
             case KillTask(attempt_id=attempt):
                 self.executing.pop(attempt, None)
-            case ReportToLM(kind=kind, attempt_id=attempt, runtime=runtime, detail=detail):
+            case ReportToLM(kind=kind, attempt_id=attempt, runtime=runtime, detail=detail, at=at):
                 lm = self.worker_lm[source]
                 if kind is Reason.STARTED:
-                    self._send("lm", lm, WorkerTaskStarted(s("wstart"), source, attempt))
+                    self._send("lm", lm, WorkerTaskStarted(s("wstart"), source, attempt, at))
                 elif kind is Reason.FINISHED:
                     self.finished_reports.append(attempt)
                     self._send("lm", lm, WorkerTaskFinished(s("wfin"), source, attempt,

@@ -8,7 +8,7 @@ from harness import Federation
 
 from common.commands import SendLaunch
 from common.errors import InvalidInput
-from common.events import JobSubmitted, LMRequestFailed, PreemptRequested
+from common.events import JobSubmitted, LMRequestFailed, PreemptRequested, TaskEventReceived
 from common.gm import GlobalMaster, GMConfig
 from common.lifecycle import TaskState
 from common.messages import RequestKind
@@ -83,6 +83,18 @@ def test_a_task_id_of_another_job_is_refused() -> None:
     other = JobSpec("k", "u1", (TaskSpec("j/0", "k", Resources(1, 1)),), 0.0)
     with pytest.raises(InvalidInput, match="already belongs to job 'j'"):
         fed.submit("gm-1", other)
+
+
+def test_a_task_start_is_timed_by_the_worker_clock_not_by_when_the_gm_hears_it() -> None:
+    fed = started(Federation.simple(constraints=NO_CONSTRAINTS))
+    fed.now = 10.0
+    fed.submit("gm-1", job("j", "u1", 1))
+    while not any(isinstance(m.event, TaskEventReceived) for m in fed.network):
+        fed.deliver(0)  # launch, start on the worker, the worker's report: all at t = 10
+    fed.now = 12.5  # the LM's task event reaches the GM late
+    fed.run_until_quiet()
+    task = fed.gms["gm-1"].job_status("j")["tasks"][0]
+    assert task["state"] == "running" and task["started_at"] == 10.0
 
 
 # -- placement -------------------------------------------------------------------------------

@@ -439,6 +439,7 @@ def test_lm_reply_rejects_unknown_reason() -> None:
     [
         TaskEvent(Reason.FINISHED, "j1/0#1", "j1/0", "j1", "gm-1", "lm-1", "lm-1/n2", 2.4),
         TaskEvent(Reason.PREEMPTED, "j1/0#2", "j1/0", "j1", "gm-1", "lm-1", "n", detail="by gm-2"),
+        TaskEvent(Reason.STARTED, "j1/0#1", "j1/0", "j1", "gm-1", "lm-1", "n", at=1795343264.5),
     ],
 )
 def test_task_event_round_trip(event: TaskEvent) -> None:
