@@ -15,16 +15,18 @@ import os
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 
 from common.errors import InvalidInput
 from common.federation import Federation, load_federation
+from loadgen.jobfile import read_jobs, write_jobs
 from loadgen.replay import Replayer
 from loadgen.summary import job_record, render, summarize
 from loadgen.trace import read_trace
-from loadgen.workload import Scaling, from_trace, offered_load, scale
+from loadgen.workload import ReplayJob, Scaling, from_trace, offered_load, scale
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = ROOT / "deploy" / "workloads" / "YH_small.tr"
@@ -35,7 +37,8 @@ READY_TIMEOUT = 120.0
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_argument_group("workload")
     source.add_argument("--trace", type=Path, default=DEFAULT_TRACE,
-                        help="Sparrow/Eagle trace file (default: the bundled YH_small.tr)")
+                        help="Sparrow/Eagle trace file, or a JSON-lines job file (*.jsonl, "
+                             "loadgen/jobfile.py) (default: the bundled YH_small.tr)")
     source.add_argument("--skip-bad-lines", action="store_true",
                         help="skip malformed trace lines (counted) instead of stopping")
     source.add_argument("--cpu-m", type=int, default=500,
@@ -73,6 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="seconds to wait for accepted jobs to finish (default 600)")
     run.add_argument("--results", type=Path, default=None,
                      help="write the summary and every job's outcome to this JSON file")
+    run.add_argument("--save", type=Path, default=None,
+                     help="write the fitted workload as a JSON-lines job file (replayable "
+                          "with --trace FILE.jsonl)")
     run.add_argument("--dry-run", action="store_true",
                      help="print what would be replayed and stop")
 
@@ -154,6 +160,25 @@ class LineProgress:
             self.stream.flush()
 
 
+def read_workload(args: argparse.Namespace, users: list[str], run_id: str) -> list[ReplayJob]:
+    """The jobs of `--trace`: a job file as it is, a trace with the resource options and
+    users; job ids prefixed with the run id either way, so two runs never collide."""
+    if args.trace.suffix == ".jsonl":
+        jobs, skipped, errors = read_jobs(args.trace, skip_bad=args.skip_bad_lines)
+        jobs = [replace(job, job_id=f"{run_id}-{job.job_id}") for job in jobs]
+    else:
+        read = read_trace(args.trace, skip_bad=args.skip_bad_lines)
+        skipped, errors = read.skipped, read.errors
+        jobs = from_trace(read.jobs, users, cpu_m=args.cpu_m, mem_mib=args.mem_mib,
+                          seed=args.seed, prefix=run_id)
+    if skipped:
+        print(f"skipped {skipped} malformed line(s) of {args.trace}; first: {errors[0]}",
+              file=sys.stderr)
+    if not jobs:
+        raise InvalidInput(str(args.trace), "has no jobs")
+    return jobs
+
+
 def run(args: argparse.Namespace) -> int:
     federation, config_path = load_config(args.config)
     queues = {queue.name: queue.gm for queue in federation.queues}
@@ -162,20 +187,22 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise InvalidInput("--users", f"not a queue of {config_path}: {', '.join(unknown)} "
                                       f"(queues: {', '.join(queues)})")
-    read = read_trace(args.trace, skip_bad=args.skip_bad_lines)
-    if read.skipped:
-        print(f"skipped {read.skipped} malformed line(s) of {args.trace}; first: "
-              f"{read.errors[0]}", file=sys.stderr)
-    if not read.jobs:
-        raise InvalidInput(str(args.trace), "has no jobs")
-    cluster_cpu = sum(node.capacity.cpu_m for lm in federation.lms for node in lm.nodes)
     run_id = args.run_id or uuid.uuid4().hex[:8]
+    jobs = read_workload(args, users, run_id)
+    unknown = sorted({job.user for job in jobs} - set(queues))
+    if unknown:
+        raise InvalidInput(str(args.trace), f"user queue(s) {', '.join(unknown)} are not in "
+                                            f"{config_path} (queues: {', '.join(queues)})")
+    cluster_cpu = sum(node.capacity.cpu_m for lm in federation.lms for node in lm.nodes)
     plan = Scaling(max_jobs=args.jobs, sample=args.sample, max_width=args.max_width,
                    duration_scale=args.duration_scale, time_scale=args.time_scale,
                    target_load=args.target_load)
-    jobs = from_trace(read.jobs, users, cpu_m=args.cpu_m, mem_mib=args.mem_mib,
-                      seed=args.seed, prefix=run_id)
     jobs = scale(jobs, plan, seed=args.seed, cluster_cpu_m=cluster_cpu)
+    if args.save:
+        # saved without the run id, which the replay of the file adds afresh
+        write_jobs(args.save, [replace(job, job_id=job.job_id.removeprefix(f"{run_id}-"))
+                               for job in jobs])
+        print(f"workload saved to {args.save}", flush=True)
     load = offered_load(jobs, cluster_cpu)
     tasks = sum(len(job.tasks) for job in jobs)
     print(f"replay {run_id}: {len(jobs)} jobs, {tasks} tasks from {args.trace.name} over "

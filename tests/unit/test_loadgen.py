@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import InvalidInput
+from loadgen.jobfile import parse_job_lines, read_jobs, write_jobs
 from loadgen.replay import JobOutcome, ReplayResult
 from loadgen.summary import percentile, summarize
 from loadgen.trace import parse_lines, read_trace
@@ -137,3 +138,35 @@ def test_summary_counts_and_times():
     assert summary["allocation_time_s"]["p50"] == pytest.approx(0.375)
     assert summary["jct_s"]["mean"] == 3.0
     assert summary["late_submissions"] == 1
+
+
+# -- the JSON-lines job file --------------------------------------------------------------------
+
+
+def test_job_file_round_trip_keeps_every_field(tmp_path):
+    jobs = [ReplayJob("a", "q1", 0.0, (ReplayTask(500, 64, 1.5, (4, 20)),), weight=2.0,
+                      estimate=1.2),
+            ReplayJob("b", "q2", 3.25, (ReplayTask(1000, 128, 0.0), ReplayTask(1, 1, 9.0)))]
+    write_jobs(tmp_path / "w.jsonl", jobs)
+    again, skipped, _ = read_jobs(tmp_path / "w.jsonl")
+    assert again == jobs and skipped == 0
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"job_id": "a", "user": "q1", "arrival": 0, "tasks": []}', "tasks: "),
+    ('{"job_id": "a", "user": "q1", "arrival": -1, "tasks": [{"cpu_m": 1, "mem_mib": 1, '
+     '"duration": 1}]}', "arrival: "),
+    ('{"job_id": "a", "user": "q1", "arrival": 0, "tasks": [{"cpu_m": 1, "mem_mib": 1, '
+     '"duration": 1, "gpu": 1}]}', "tasks.0.gpu: "),
+    ('{"job_id": "a", "user": "q1"', "line: "),
+    ('{"job_id": "x", "user": "q1", "arrival": 0, "tasks": [{"cpu_m": 1, "mem_mib": 1, '
+     '"duration": 1}]}', "job_id 'x' repeats line 1"),
+])
+def test_a_bad_job_line_names_file_line_and_field(line, message):
+    good = ('{"job_id": "x", "user": "q1", "arrival": 0, "tasks": [{"cpu_m": 1, "mem_mib": 1, '
+            '"duration": 1}]}')
+    with pytest.raises(InvalidInput) as caught:
+        parse_job_lines([good, line], "w.jsonl")
+    assert str(caught.value).startswith("w.jsonl:2: ") and message in str(caught.value)
+    jobs, skipped, errors = parse_job_lines([good, line], "w.jsonl", skip_bad=True)
+    assert [job.job_id for job in jobs] == ["x"] and skipped == 1 and errors

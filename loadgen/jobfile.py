@@ -1,0 +1,110 @@
+"""The project's own workload format: JSON lines, one job per line, with everything a replay
+needs (per-task resources and constraints, user queue, weight), so that a fitted or
+synthesized workload can be saved, shared and replayed exactly.
+
+    {"job_id": "r-1", "user": "q1", "arrival": 0.0, "weight": 1.0, "estimate": 15.9,
+     "tasks": [{"cpu_m": 500, "mem_mib": 512, "duration": 6.4, "constraints": [4, 20]}]}
+
+`arrival` is seconds after the workload's start; `estimate` (optional) is the scheduler's
+estimate of a task's duration. A bad line is an `InvalidInput` naming `file:line` and the
+field; as with traces, `skip_bad=True` skips and counts bad lines instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from common.errors import InvalidInput
+from loadgen.trace import KEPT_ERRORS
+from loadgen.workload import ReplayJob, ReplayTask
+
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class _Task(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cpu_m: Annotated[int, Field(gt=0)]
+    mem_mib: Annotated[int, Field(gt=0)]
+    duration: Seconds
+    constraints: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+
+
+class _Job(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    job_id: Annotated[str, Field(min_length=1)]
+    user: Annotated[str, Field(min_length=1)]
+    arrival: Seconds
+    weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    estimate: Seconds | None = None
+    tasks: Annotated[list[_Task], Field(min_length=1)]
+
+
+def job_to_line(job: ReplayJob) -> str:
+    record: dict = {"job_id": job.job_id, "user": job.user, "arrival": job.arrival,
+                    "weight": job.weight}
+    if job.estimate is not None:
+        record["estimate"] = job.estimate
+    record["tasks"] = [{"cpu_m": t.cpu_m, "mem_mib": t.mem_mib, "duration": t.duration,
+                        "constraints": list(t.constraints)} for t in job.tasks]
+    return json.dumps(record, separators=(",", ":"))
+
+
+def job_from_line(text: str, where: str) -> ReplayJob:
+    try:
+        parsed = _Job.model_validate_json(text)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "line"
+        raise InvalidInput(where, f"{field}: {first['msg']}") from None
+    return ReplayJob(job_id=parsed.job_id, user=parsed.user, arrival=parsed.arrival,
+                     weight=parsed.weight, estimate=parsed.estimate,
+                     tasks=tuple(ReplayTask(t.cpu_m, t.mem_mib, t.duration,
+                                            tuple(sorted(t.constraints))) for t in parsed.tasks))
+
+
+def parse_job_lines(lines: Iterable[str], source: str,
+                    skip_bad: bool = False) -> tuple[list[ReplayJob], int, list[str]]:
+    """The jobs in arrival order (ties keep file order), the count of skipped lines and the
+    first few of their errors. Job ids must be unique: a replay relies on them."""
+    jobs: list[tuple[float, int, ReplayJob]] = []
+    seen: dict[str, int] = {}
+    skipped, errors = 0, []
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        where = f"{source}:{number}"
+        try:
+            job = job_from_line(text, where)
+            if job.job_id in seen:
+                raise InvalidInput(where, f"job_id {job.job_id!r} repeats line {seen[job.job_id]}")
+        except InvalidInput as error:
+            if not skip_bad:
+                raise
+            skipped += 1
+            if len(errors) < KEPT_ERRORS:
+                errors.append(str(error))
+            continue
+        seen[job.job_id] = number
+        jobs.append((job.arrival, number, job))
+    jobs.sort(key=lambda item: item[:2])
+    return [job for _, _, job in jobs], skipped, errors
+
+
+def read_jobs(path: str | Path, skip_bad: bool = False) -> tuple[list[ReplayJob], int, list[str]]:
+    path = Path(path)
+    try:
+        with path.open(encoding="utf-8") as file:
+            return parse_job_lines(file, str(path), skip_bad)
+    except OSError as error:
+        raise InvalidInput(str(path), f"cannot read the job file: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise InvalidInput(str(path), f"not a text file ({error.reason})") from None
+
+
+def write_jobs(path: str | Path, jobs: Sequence[ReplayJob]) -> None:
+    Path(path).write_text("".join(job_to_line(job) + "\n" for job in jobs), encoding="utf-8")
