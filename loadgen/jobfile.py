@@ -20,7 +20,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.errors import InvalidInput
-from loadgen.trace import KEPT_ERRORS
+from loadgen.trace import KEPT_ERRORS, parse_file
 from loadgen.workload import ReplayJob, ReplayTask
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -96,14 +96,8 @@ def parse_job_lines(lines: Iterable[str], source: str,
 
 
 def read_jobs(path: str | Path, skip_bad: bool = False) -> tuple[list[ReplayJob], int, list[str]]:
-    path = Path(path)
-    try:
-        with path.open(encoding="utf-8") as file:
-            return parse_job_lines(file, str(path), skip_bad)
-    except OSError as error:
-        raise InvalidInput(str(path), f"cannot read the job file: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise InvalidInput(str(path), f"not a text file ({error.reason})") from None
+    return parse_file(path, "job file",
+                      lambda lines, source: parse_job_lines(lines, source, skip_bad))
 
 
 def write_jobs(path: str | Path, jobs: Sequence[ReplayJob]) -> None:

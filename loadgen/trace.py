@@ -16,9 +16,10 @@ lines are skipped and counted, and the first few errors are kept for the report.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from common.errors import InvalidInput
 
@@ -93,13 +94,23 @@ def parse_lines(lines: Iterable[str], source: str, skip_bad: bool = False) -> Tr
     return read
 
 
-def read_trace(path: str | Path, skip_bad: bool = False) -> TraceRead:
-    """Every job of a Sparrow/Eagle trace file, in arrival order."""
+Parsed = TypeVar("Parsed")
+
+
+def parse_file(path: str | Path, what: str,
+               parse: Callable[[Iterable[str], str], Parsed]) -> Parsed:
+    """`parse(lines, source)` over a text file, line by line; a file that cannot be read is an
+    `InvalidInput` naming it (`what` says what it should have been)."""
     path = Path(path)
     try:
         with path.open(encoding="utf-8") as file:
-            return parse_lines(file, str(path), skip_bad)
+            return parse(file, str(path))
     except OSError as error:
-        raise InvalidInput(str(path), f"cannot read the trace: {error.strerror}") from None
+        raise InvalidInput(str(path), f"cannot read the {what}: {error.strerror}") from None
     except UnicodeDecodeError as error:
         raise InvalidInput(str(path), f"not a text file ({error.reason})") from None
+
+
+def read_trace(path: str | Path, skip_bad: bool = False) -> TraceRead:
+    """Every job of a Sparrow/Eagle trace file, in arrival order."""
+    return parse_file(path, "trace", lambda lines, source: parse_lines(lines, source, skip_bad))

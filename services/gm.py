@@ -60,7 +60,13 @@ from services.broker import (
 )
 from services.endpoints import Endpoints
 from services.eventlog import EventLog
-from services.http import add_shared_routes, lifespan_of, read_service_env, serve
+from services.http import (
+    add_shared_routes,
+    build_and_serve,
+    lifespan_of,
+    read_service_env,
+    required_env,
+)
 from services.runtime import CoreRunner
 from services.store import GMStore
 
@@ -335,16 +341,9 @@ def main() -> None:
     """`python -m services.gm`: MEGHA_CONFIG (federation TOML), MEGHA_ID (this GM),
     MEGHA_ENDPOINTS (id=url,...), MEGHA_AMQP_URL, MEGHA_STATE_DIR (default ./state)."""
     env = read_service_env()
-    amqp_url = os.environ.get("MEGHA_AMQP_URL", "")
-    try:
-        if not amqp_url:
-            raise InvalidInput("MEGHA_AMQP_URL", "is not set")
-        service = GMService(env.federation, env.service_id, env.endpoints, amqp_url,
-                            Path(os.environ.get("MEGHA_STATE_DIR", "state")), log=env.log)
-    except InvalidInput as error:
-        env.log.emit("config_error", {"error": str(error)})
-        raise SystemExit(2) from None
-    serve(create_app(service), env.endpoints.url(env.service_id))
+    build_and_serve(env, lambda: create_app(GMService(
+        env.federation, env.service_id, env.endpoints, required_env("MEGHA_AMQP_URL"),
+        Path(os.environ.get("MEGHA_STATE_DIR", "state")), log=env.log)))
 
 
 if __name__ == "__main__":

@@ -228,6 +228,24 @@ def add_shared_routes(app, core, registry) -> None:
         return PlainTextResponse(generate_latest(registry).decode())
 
 
+def required_env(name: str) -> str:
+    value = os.environ.get(name, "")
+    if not value:
+        raise InvalidInput(name, "is not set")
+    return value
+
+
+def build_and_serve(env: ServiceEnv, build_app: Callable[[], object]) -> None:
+    """A service's `main()` after `read_service_env()`: build its app, where a bad setting is
+    a `config_error` event and exit status 2 rather than a traceback, then serve it."""
+    try:
+        app = build_app()
+    except InvalidInput as error:
+        env.log.emit("config_error", {"error": str(error)})
+        raise SystemExit(2) from None
+    serve(app, env.endpoints.url(env.service_id))
+
+
 def serve(app, base_url: str) -> None:
     """Run `app` with uvicorn; its own logging goes through the root logger (JSON lines)."""
     host, port = listen_address(base_url)

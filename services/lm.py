@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -52,7 +51,6 @@ from common.commands import (
     StartOnWorker,
     StopOnWorker,
 )
-from common.errors import InvalidInput
 from common.events import CancelRequested, DispatchFailed, Tick
 from common.federation import Federation
 from common.lm import LocalMaster
@@ -79,13 +77,14 @@ from services.http import (
     PeerUnreachable,
     add_shared_routes,
     body_error,
+    build_and_serve,
     lifespan_of,
     log_crashes,
     make_client,
     parse_body,
     read_service_env,
     request_with_retry,
-    serve,
+    required_env,
     wire_response,
 )
 from services.runtime import CoreRunner
@@ -409,16 +408,8 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
 def main() -> None:
     """`python -m services.lm`: MEGHA_CONFIG, MEGHA_ID, MEGHA_ENDPOINTS, MEGHA_AMQP_URL."""
     env = read_service_env()
-    amqp_url = os.environ.get("MEGHA_AMQP_URL", "")
-    try:
-        if not amqp_url:
-            raise InvalidInput("MEGHA_AMQP_URL", "is not set")
-        app = create_app(env.federation, env.service_id, env.endpoints, amqp_url,
-                         log=env.log)
-    except InvalidInput as error:
-        env.log.emit("config_error", {"error": str(error)})
-        raise SystemExit(2) from None
-    serve(app, env.endpoints.url(env.service_id))
+    build_and_serve(env, lambda: create_app(env.federation, env.service_id, env.endpoints,
+                                            required_env("MEGHA_AMQP_URL"), log=env.log))
 
 
 if __name__ == "__main__":

@@ -63,13 +63,13 @@ from services.http import (
     PeerLink,
     PeerUnreachable,
     add_shared_routes,
+    build_and_serve,
     lifespan_of,
     log_crashes,
     make_client,
     parse_body,
     read_service_env,
     request_with_retry,
-    serve,
 )
 from services.runtime import CoreRunner
 
@@ -362,13 +362,8 @@ def main() -> None:
     MEGHA_BURN_CPU=1 burns real CPU for each task instead of only holding its resources."""
     env = read_service_env()
     burn_cpu = os.environ.get("MEGHA_BURN_CPU", "") in ("1", "true", "yes")
-    try:
-        app = create_app(env.federation, env.service_id, env.endpoints, burn_cpu=burn_cpu,
-                         log=env.log)
-    except InvalidInput as error:
-        env.log.emit("config_error", {"error": str(error)})
-        raise SystemExit(2) from None
-    serve(app, env.endpoints.url(env.service_id))
+    build_and_serve(env, lambda: create_app(env.federation, env.service_id, env.endpoints,
+                                            burn_cpu=burn_cpu, log=env.log))
 
 
 if __name__ == "__main__":
