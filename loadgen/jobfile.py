@@ -6,8 +6,11 @@ synthesized workload can be saved, shared and replayed exactly.
      "tasks": [{"cpu_m": 500, "mem_mib": 512, "duration": 6.4, "constraints": [4, 20]}]}
 
 `arrival` is seconds after the workload's start; `estimate` (optional) is the scheduler's
-estimate of a task's duration. A bad line is an `InvalidInput` naming `file:line` and the
-field; as with traces, `skip_bad=True` skips and counts bad lines instead.
+estimate of a task's duration. Jobs from a DAG source (Alibaba) also carry `"dag"` (each stage
+and the stages it waits for) and each task its `"stage"`; both are optional.
+
+A bad line is an `InvalidInput` naming `file:line` and the field; as with traces,
+`skip_bad=True` skips and counts bad lines instead.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class _Task(BaseModel):
     mem_mib: Annotated[int, Field(gt=0)]
     duration: Seconds
     constraints: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    stage: str = ""
 
 
 class _Job(BaseModel):
@@ -42,6 +46,15 @@ class _Job(BaseModel):
     weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
     estimate: Seconds | None = None
     tasks: Annotated[list[_Task], Field(min_length=1)]
+    dag: dict[str, list[str]] = Field(default_factory=dict)
+
+
+def _task_record(task: ReplayTask) -> dict:
+    record: dict = {"cpu_m": task.cpu_m, "mem_mib": task.mem_mib, "duration": task.duration,
+                    "constraints": list(task.constraints)}
+    if task.stage:
+        record["stage"] = task.stage
+    return record
 
 
 def job_to_line(job: ReplayJob) -> str:
@@ -49,8 +62,9 @@ def job_to_line(job: ReplayJob) -> str:
                     "weight": job.weight}
     if job.estimate is not None:
         record["estimate"] = job.estimate
-    record["tasks"] = [{"cpu_m": t.cpu_m, "mem_mib": t.mem_mib, "duration": t.duration,
-                        "constraints": list(t.constraints)} for t in job.tasks]
+    record["tasks"] = [_task_record(t) for t in job.tasks]
+    if job.dag:
+        record["dag"] = {stage: list(parents) for stage, parents in job.dag.items()}
     return json.dumps(record, separators=(",", ":"))
 
 
@@ -63,8 +77,10 @@ def job_from_line(text: str, where: str) -> ReplayJob:
         raise InvalidInput(where, f"{field}: {first['msg']}") from None
     return ReplayJob(job_id=parsed.job_id, user=parsed.user, arrival=parsed.arrival,
                      weight=parsed.weight, estimate=parsed.estimate,
+                     dag={stage: tuple(parents) for stage, parents in parsed.dag.items()},
                      tasks=tuple(ReplayTask(t.cpu_m, t.mem_mib, t.duration,
-                                            tuple(sorted(t.constraints))) for t in parsed.tasks))
+                                            tuple(sorted(t.constraints)), t.stage)
+                                 for t in parsed.tasks))
 
 
 def parse_job_lines(lines: Iterable[str], source: str,

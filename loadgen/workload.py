@@ -1,14 +1,19 @@
-"""A replayable workload: jobs with their submission time, user queue and per-task resources,
-and the arithmetic that fits a trace to a small testbed.
+"""A workload on its way to a replay: job shapes from a source, realized as jobs, fitted.
 
-Trace jobs carry only durations; `from_trace` gives every task the same resource request and
-spreads jobs over the user queues with a seeded draw, so a workload is the same for the same
-seed. Scaling, in the order applied:
+    source -> JobShape -> select -> realize (loadgen/synthesis.py) -> ReplayJob -> fit -> replay
 
-1. `sample`: keep each job with this probability (seeded), or `max_jobs`: keep the first N;
-2. `max_width`: cap a job's tasks at N (its first N durations are kept);
-3. `duration_scale`: multiply every task duration (and the job's estimate);
-4. `time_scale`: multiply inter-arrival times; or `target_load`: choose the time scale that
+A `JobShape` is what a source knows about a job: when it arrives and how long its tasks run,
+and for some sources (Alibaba) what each task requests and how its stages depend on each
+other. `realize` adds what the source lacks: user queue, weight, resources, constraints. A
+`ReplayJob` is complete; a job file holds ReplayJobs, so it skips the first steps.
+
+Scaling (`Scaling`), in the order applied:
+
+1. `select`: `sample` keeps each job with this probability (seeded), `max_jobs` keeps the first
+   N, `max_width` caps a job's tasks at N (its first N tasks are kept). Selection comes before
+   realization so that a 4-million-task source is never realized whole.
+2. `fit`: `duration_scale` multiplies every task duration (and the job's estimate);
+   `time_scale` multiplies inter-arrival times, or `target_load` chooses the time scale that
    makes the offered load that fraction of the cluster's cpu capacity.
 
 Offered load = sum over tasks of cpu x duration / (arrival span x cluster cpu): 1.0 means the
@@ -19,11 +24,31 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from common.errors import InvalidInput
 from loadgen.trace import TraceJob
+
+
+@dataclass(frozen=True, slots=True)
+class JobShape:
+    key: str  # stable within its source (trace line, Alibaba job name): part of the job id
+    order: int  # ties of arrival keep this order (the line it starts on)
+    arrival: float  # seconds, on the source's clock
+    durations: tuple[float, ...]  # one per task: the truth
+    estimate: float | None = None  # the scheduler's estimate of a task's duration
+    resources: tuple[tuple[int, int], ...] | None = None  # per task (cpu_m, mem_mib), if known
+    stages: tuple[str, ...] = ()  # per task, the stage it belongs to (Alibaba task name)
+    dag: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # stage -> parents
+
+    def capped(self, width: int) -> JobShape:
+        if len(self.durations) <= width:
+            return self
+        return replace(self, durations=self.durations[:width],
+                       resources=self.resources[:width] if self.resources else None,
+                       stages=self.stages[:width])
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +57,7 @@ class ReplayTask:
     mem_mib: int
     duration: float
     constraints: tuple[int, ...] = ()
+    stage: str = ""  # the DAG stage the task belongs to, if its source has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +68,10 @@ class ReplayJob:
     tasks: tuple[ReplayTask, ...]
     weight: float = 1.0
     estimate: float | None = None  # the scheduler's estimate of a task's duration
+    dag: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # kept, not yet submitted
+
+    def capped(self, width: int) -> ReplayJob:
+        return self if len(self.tasks) <= width else replace(self, tasks=self.tasks[:width])
 
     def submission(self) -> dict:
         """The body of `POST /v1/jobs` (common/wire.py JobSubmission)."""
@@ -77,20 +107,10 @@ class Scaling:
             raise InvalidInput("target_load", "give either time_scale or target_load, not both")
 
 
-def from_trace(jobs: Sequence[TraceJob], users: Sequence[str], *, cpu_m: int, mem_mib: int,
-               seed: int, prefix: str) -> list[ReplayJob]:
-    """Trace jobs as replayable jobs: one resource request for every task, users drawn
-    uniformly with `seed`, ids `{prefix}-{line}` (stable: a retried replay is idempotent)."""
-    if not users:
-        raise InvalidInput("users", "at least one user queue is needed")
-    rng = random.Random(seed)
-    origin = jobs[0].arrival if jobs else 0.0
-    return [
-        ReplayJob(job_id=f"{prefix}-{job.line}", user=rng.choice(list(users)),
-                  arrival=job.arrival - origin, estimate=job.estimate,
-                  tasks=tuple(ReplayTask(cpu_m, mem_mib, d) for d in job.durations))
-        for job in jobs
-    ]
+def from_trace(jobs: Sequence[TraceJob]) -> list[JobShape]:
+    """Trace jobs as shapes, keyed by their line (stable: a retried replay is idempotent)."""
+    return [JobShape(key=str(job.line), order=job.line, arrival=job.arrival,
+                     durations=job.durations, estimate=job.estimate) for job in jobs]
 
 
 def offered_load(jobs: Sequence[ReplayJob], cluster_cpu_m: int) -> float | None:
@@ -104,9 +124,11 @@ def offered_load(jobs: Sequence[ReplayJob], cluster_cpu_m: int) -> float | None:
     return work / (span * cluster_cpu_m)
 
 
-def scale(jobs: Sequence[ReplayJob], plan: Scaling, *, seed: int,
-          cluster_cpu_m: int) -> list[ReplayJob]:
-    """The jobs fitted to a testbed by `plan` (see the module docstring for the order)."""
+Job = TypeVar("Job", JobShape, ReplayJob)
+
+
+def select(jobs: Sequence[Job], plan: Scaling, *, seed: int) -> list[Job]:
+    """Step 1 of the module docstring; arrivals rebased to the first kept job."""
     kept = list(jobs)
     if plan.sample is not None:
         rng = random.Random(seed)
@@ -116,14 +138,21 @@ def scale(jobs: Sequence[ReplayJob], plan: Scaling, *, seed: int,
     if not kept:
         raise InvalidInput("sample", "no job is left after sampling")
     origin = kept[0].arrival
-    fitted = []
-    for job in kept:
-        tasks = job.tasks[: plan.max_width] if plan.max_width is not None else job.tasks
-        if plan.duration_scale != 1.0:
-            tasks = tuple(replace(t, duration=t.duration * plan.duration_scale) for t in tasks)
-        estimate = job.estimate * plan.duration_scale if job.estimate is not None else None
-        fitted.append(replace(job, tasks=tuple(tasks), arrival=job.arrival - origin,
-                              estimate=estimate))
+    if plan.max_width is not None:
+        kept = [job.capped(plan.max_width) for job in kept]
+    return [replace(job, arrival=job.arrival - origin) for job in kept]
+
+
+def fit(jobs: Sequence[ReplayJob], plan: Scaling, *, cluster_cpu_m: int) -> list[ReplayJob]:
+    """Step 2 of the module docstring."""
+    fitted = list(jobs)
+    if plan.duration_scale != 1.0:
+        factor = plan.duration_scale
+        fitted = [replace(job, estimate=job.estimate * factor if job.estimate is not None
+                          else None,
+                          tasks=tuple(replace(t, duration=t.duration * factor)
+                                      for t in job.tasks))
+                  for job in fitted]
     time_scale = plan.time_scale
     if plan.target_load is not None:
         load = offered_load(fitted, cluster_cpu_m)
@@ -133,3 +162,9 @@ def scale(jobs: Sequence[ReplayJob], plan: Scaling, *, seed: int,
     if time_scale is not None and time_scale != 1.0:
         fitted = [replace(job, arrival=job.arrival * time_scale) for job in fitted]
     return fitted
+
+
+def scale(jobs: Sequence[ReplayJob], plan: Scaling, *, seed: int,
+          cluster_cpu_m: int) -> list[ReplayJob]:
+    """Both steps on complete jobs (a job file)."""
+    return fit(select(jobs, plan, seed=seed), plan, cluster_cpu_m=cluster_cpu_m)

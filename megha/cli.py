@@ -16,7 +16,10 @@ from common.errors import InvalidInput
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("loadgen.command",
-               "replay a trace against the GMs over HTTP and print a summary"),
+               "replay a workload against the GMs over HTTP and print a summary"),
+    "synth": ("loadgen.synth_command",
+              "build a workload (trace, Alibaba or Poisson; constraints, resources, users) "
+              "and save it as a job file"),
 }
 
 

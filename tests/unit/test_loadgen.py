@@ -7,11 +7,21 @@ from pathlib import Path
 import pytest
 
 from common.errors import InvalidInput
+from loadgen.distributions import Distribution
 from loadgen.jobfile import parse_job_lines, read_jobs, write_jobs
 from loadgen.replay import JobOutcome, ReplayResult
 from loadgen.summary import percentile, summarize
+from loadgen.synthesis import Realization, realize
 from loadgen.trace import parse_lines, read_trace
-from loadgen.workload import ReplayJob, ReplayTask, Scaling, from_trace, offered_load, scale
+from loadgen.workload import (
+    ReplayJob,
+    ReplayTask,
+    Scaling,
+    from_trace,
+    offered_load,
+    scale,
+    select,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,14 +77,18 @@ def _jobs(*specs: tuple[float, list[float]]) -> list[ReplayJob]:
             for k, (arrival, durations) in enumerate(specs)]
 
 
-def test_from_trace_is_seeded_and_ids_are_stable():
+def test_a_trace_realized_is_seeded_and_its_ids_are_stable():
     read = parse_lines([f"{t} 2 1 1 1" for t in range(10, 30)], "t.tr")
-    first = from_trace(read.jobs, ["a", "b", "c"], cpu_m=500, mem_mib=64, seed=3, prefix="r")
-    again = from_trace(read.jobs, ["a", "b", "c"], cpu_m=500, mem_mib=64, seed=3, prefix="r")
-    assert first == again
+    plan = Realization(users=(("a", 1), ("b", 1), ("c", 1)), seed=3,
+                       cpu_m=Distribution("const", (500,)), mem_mib=Distribution("const", (64,)))
+    shapes = select(from_trace(read.jobs), Scaling(), seed=3)
+    first = realize(shapes, plan, prefix="r")
+    assert first == realize(shapes, plan, prefix="r")
     assert first[0].arrival == 0 and first[-1].arrival == 19  # shifted to start at zero
     assert first[0].job_id == "r-1"
     assert {job.user for job in first} == {"a", "b", "c"}
+    assert {(t.cpu_m, t.mem_mib, t.constraints) for j in first for t in j.tasks} == {
+        (500, 64, ())}
 
 
 def test_offered_load_arithmetic():
@@ -144,8 +158,9 @@ def test_summary_counts_and_times():
 
 
 def test_job_file_round_trip_keeps_every_field(tmp_path):
-    jobs = [ReplayJob("a", "q1", 0.0, (ReplayTask(500, 64, 1.5, (4, 20)),), weight=2.0,
-                      estimate=1.2),
+    jobs = [ReplayJob("a", "q1", 0.0, (ReplayTask(500, 64, 1.5, (4, 20), "M1"),
+                                       ReplayTask(500, 64, 2.5, (), "R2_1")),
+                      weight=2.0, estimate=1.2, dag={"M1": (), "R2_1": ("M1",)}),
             ReplayJob("b", "q2", 3.25, (ReplayTask(1000, 128, 0.0), ReplayTask(1, 1, 9.0)))]
     write_jobs(tmp_path / "w.jsonl", jobs)
     again, skipped, _ = read_jobs(tmp_path / "w.jsonl")
