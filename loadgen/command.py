@@ -22,7 +22,7 @@ import httpx
 from common.errors import InvalidInput
 from common.federation import Federation
 from loadgen.jobfile import write_jobs
-from loadgen.progress import progress_for
+from loadgen.progress import Progress, progress_for
 from loadgen.replay import Replayer
 from loadgen.sources import add_workload_arguments, build_workload, load_config
 from loadgen.summary import job_record, render, summarize
@@ -98,8 +98,14 @@ def wait_ready(gms: dict[str, str], nodes: int, timeout: float) -> None:
 
 def run(args: argparse.Namespace) -> int:
     federation, config_path = load_config(args.config)
+    with progress_for(sys.stderr) as progress:
+        return _replay(args, federation, config_path, progress)
+
+
+def _replay(args: argparse.Namespace, federation: Federation, config_path: Path,
+            progress: Progress) -> int:
     run_id = args.run_id or uuid.uuid4().hex[:8]
-    workload = build_workload(args, federation, config_path, prefix=run_id)
+    workload = build_workload(args, federation, config_path, prefix=run_id, progress=progress)
     jobs = workload.jobs
     if args.save:
         # saved without the run id, which the replay of the file adds afresh
@@ -118,14 +124,10 @@ def run(args: argparse.Namespace) -> int:
     nodes = sum(len(lm.nodes) for lm in federation.lms)
     wait_ready(gms, nodes, READY_TIMEOUT)
     queues = {queue.name: queue.gm for queue in federation.queues}
-    progress = progress_for(sys.stderr)
     replayer = Replayer(jobs, {user: (gm, gms[gm]) for user, gm in queues.items()},
                         completion_timeout=args.timeout, progress=progress,
                         log=lambda text: print(text, file=sys.stderr, flush=True))
-    try:
-        result = asyncio.run(replayer.run())
-    finally:
-        progress.close()
+    result = asyncio.run(replayer.run())
     summary = summarize(result)
     print(render(summary), flush=True)
     if args.results:

@@ -9,20 +9,31 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
+from rich import progress as bars
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
-class LineProgress:
+def quiet(phase: str, done: int, total: int) -> None:
+    """Progress nobody watches (library use, tests)."""
+
+
+class _Closing:
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class LineProgress(_Closing):
     """A line per phase every `every` seconds, and one when the phase ends."""
 
     def __init__(self, stream: TextIO = sys.stderr, every: float = 5.0) -> None:
@@ -37,18 +48,15 @@ class LineProgress:
             self.stream.write(f"{phase}: {done}/{total} jobs\n")
             self.stream.flush()
 
-    def close(self) -> None:
-        pass
 
-
-class BarProgress:
+class BarProgress(_Closing):
     """One bar per phase, drawn by rich on the terminal."""
 
     def __init__(self, stream: TextIO = sys.stderr) -> None:
-        self.bars = Progress(TextColumn("{task.description:>8}"), BarColumn(),
-                             MofNCompleteColumn(), TextColumn("jobs"), TimeElapsedColumn(),
-                             console=Console(file=stream))
-        self.tasks: dict[str, TaskID] = {}
+        self.bars = bars.Progress(bars.TextColumn("{task.description:>8}"), bars.BarColumn(),
+                                  bars.MofNCompleteColumn(), bars.TextColumn("jobs"),
+                                  bars.TimeElapsedColumn(), console=Console(file=stream))
+        self.tasks: dict[str, bars.TaskID] = {}
         self.bars.start()
 
     def __call__(self, phase: str, done: int, total: int) -> None:

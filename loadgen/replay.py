@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from loadgen.progress import Progress, quiet
 from loadgen.workload import ReplayJob
 
 LATE_AFTER = 0.1  # seconds behind schedule before a submission counts as late
@@ -67,17 +68,10 @@ class ReplayResult:
     timed_out: bool
 
 
-Progress = Callable[[str, int, int], None]  # (phase, done, total)
-
-
-def _quiet(phase: str, done: int, total: int) -> None:
-    pass
-
-
 class Replayer:
     def __init__(self, jobs: Sequence[ReplayJob], gm_for_user: Mapping[str, tuple[str, str]], *,
                  completion_timeout: float = 600.0, poll_interval: float = 1.0,
-                 request_timeout: float = 10.0, progress: Progress = _quiet,
+                 request_timeout: float = 10.0, progress: Progress = quiet,
                  log: Callable[[str], None] = print) -> None:
         unknown = sorted({job.user for job in jobs} - set(gm_for_user))
         if unknown:

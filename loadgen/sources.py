@@ -22,6 +22,7 @@ from common.federation import Federation, load_federation
 from loadgen.alibaba import AlibabaUnits, read_alibaba
 from loadgen.distributions import parse_distribution
 from loadgen.jobfile import read_jobs
+from loadgen.progress import Progress, quiet
 from loadgen.synthesis import (
     DEFAULT_DURATION,
     DEFAULT_WIDTH,
@@ -219,7 +220,7 @@ def _check_source_options(args: argparse.Namespace) -> None:
 
 
 def build_workload(args: argparse.Namespace, federation: Federation, config: Path,
-                   prefix: str) -> Workload:
+                   prefix: str, progress: Progress = quiet) -> Workload:
     """The jobs the options describe: read or generated, realized, fitted. Job ids are
     `{prefix}-{key}`, or the bare key when `prefix` is empty."""
     _check_source_options(args)
@@ -252,5 +253,5 @@ def build_workload(args: argparse.Namespace, federation: Federation, config: Pat
     if not shapes:
         raise InvalidInput(name, "has no jobs")
     shapes = select(shapes, plan, seed=args.seed)
-    jobs = realize(shapes, realization, prefix)
+    jobs = realize(shapes, realization, prefix, progress)
     return Workload(fit(jobs, plan, cluster_cpu_m=cluster_cpu), name, cluster_cpu)

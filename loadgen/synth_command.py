@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from loadgen.jobfile import write_jobs
+from loadgen.progress import progress_for
 from loadgen.sources import add_workload_arguments, build_workload, load_config
 from loadgen.synthesis import describe, infeasible
 
@@ -26,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     federation, config_path = load_config(args.config)
-    workload = build_workload(args, federation, config_path, prefix="")
+    with progress_for(sys.stderr) as progress:
+        workload = build_workload(args, federation, config_path, prefix="", progress=progress)
     refused = infeasible(workload.jobs, federation)
     stats = describe(workload.jobs) | {"offered_load": workload.offered_load,
                                        "infeasible_jobs": len(refused)}

@@ -17,6 +17,7 @@ from services.local import LocalFederation
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 ARRIVALS = [0.0, 0.5, 1.0, 1.0, 1.5, 2.5]  # two jobs at 1.0: both go out at once
+SMALL_TASKS = ("--cpu-m", "400", "--mem-mib", "128")
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def replay(fed: LocalFederation, trace, results, *extra: str) -> subprocess.Comp
     gms = [f"--gm={gm}={fed.endpoints.url(gm)}" for gm in fed.federation.gms]
     return subprocess.run(
         [sys.executable, "-m", "megha", "replay", "--trace", str(trace), "--config", str(CONFIG),
-         *gms, "--cpu-m", "400", "--mem-mib", "128", "--results", str(results), *extra],
+         *gms, "--results", str(results), *extra],
         capture_output=True, text=True, timeout=180, cwd=ROOT)
 
 
@@ -39,7 +40,7 @@ def test_open_loop_replay_keeps_its_schedule_and_retries_are_idempotent(federati
     trace = tmp_path / "six.tr"
     trace.write_text("".join(f"{100 + t} 3 0.3 0.2 0.3 0.4\n" for t in ARRIVALS))
 
-    first = replay(fed, trace, tmp_path / "first.json", "--run-id", "idem")
+    first = replay(fed, trace, tmp_path / "first.json", "--run-id", "idem", *SMALL_TASKS)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "6 completed, 0 failed, 0 unfinished" in first.stdout
     results = json.loads((tmp_path / "first.json").read_text())
@@ -56,7 +57,7 @@ def test_open_loop_replay_keeps_its_schedule_and_retries_are_idempotent(federati
         assert accepted[f"idem-{line}"] - origin == pytest.approx(arrival, abs=0.15)
 
     # The same run again: every submission is a retry of a job the GMs already hold.
-    second = replay(fed, trace, tmp_path / "second.json", "--run-id", "idem")
+    second = replay(fed, trace, tmp_path / "second.json", "--run-id", "idem", *SMALL_TASKS)
     assert second.returncode == 0, second.stdout + second.stderr
     time.sleep(0.5)
     events = read_events(fed.logs)
@@ -74,3 +75,36 @@ def test_a_refused_job_is_reported_with_its_reason(federation, tmp_path):
     assert "0 accepted, 1 rejected" in done.stdout
     summary = json.loads((tmp_path / "r.json").read_text())["summary"]
     assert "cpu" in next(iter(summary["rejection_reasons"]))
+
+
+def test_a_synthesized_constrained_workload_runs_every_task_where_its_constraints_hold(
+        federation, tmp_path):
+    """`megha synth` then `megha replay --trace FILE.jsonl`: every task of a workload in which
+    every task is constrained starts only on a node that has all its constraints."""
+    fed = federation
+    work = tmp_path / "constrained.jsonl"
+    made = subprocess.run(
+        [sys.executable, "-m", "megha", "synth", "--out", str(work), "--config", str(CONFIG),
+         "--poisson", "10", "--count", "12", "--width", "choice:1,3", "--duration", "0.2",
+         "--unconstrained-share", "0", "--cpu-m", "uniform:200,600", "--seed", "8"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert made.returncode == 0, made.stderr
+    assert "(100.0% constrained)" in made.stdout
+    done = replay(fed, work, tmp_path / "c.json", "--run-id", "cons")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "12 completed" in done.stdout
+
+    wanted = {}
+    lines = work.read_text().splitlines()
+    for line in lines:
+        job = json.loads(line)
+        for k, task in enumerate(job["tasks"]):
+            wanted[f"cons-{job['job_id']}/{k}"] = set(task["constraints"])
+    assert len(lines) == 12 and all(wanted.values())
+    has = {node.node_id: set(node.constraints) for lm in fed.federation.lms for node in lm.nodes}
+    time.sleep(0.5)
+    started = [e for e in read_events(fed.logs)
+               if e["event"] == "task_started" and e["task"] in wanted]
+    assert {e["task"] for e in started} == set(wanted)
+    for event in started:
+        assert wanted[event["task"]] <= has[event["node"]], event
