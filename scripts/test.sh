@@ -19,6 +19,6 @@ trap stop_engine_we_started EXIT
 
 bash scripts/venv.sh
 echo "== ruff"
-.venv/bin/ruff check common services loadgen megha tests benchmarks
+.venv/bin/ruff check common services loadgen inspection megha tests benchmarks
 echo "== pytest"
 .venv/bin/pytest -q "$@"

@@ -113,8 +113,13 @@ class GMService:
     # -- life ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.log.emit("gm_starting", {"gm": self.gm_id, "epoch": self.epoch,
-                                      "users": self.users})
+        # the queues' configured shares and the policies: what `megha inspect` compares with
+        policies = self.federation.policies
+        self.log.emit("gm_starting", {
+            "gm": self.gm_id, "epoch": self.epoch, "users": self.users,
+            "shares": {q.name: q.share for q in self.federation.queues if q.gm == self.gm_id},
+            "policies": {"job": policies.job, "fairness": policies.fairness,
+                         "placement": policies.placement, "local_queue": policies.local_queue}})
         for stored in self.store.unfinished():
             sub = JobSubmission.model_validate_json(stored.body)
             job = job_from_wire(sub, stored.job_id, stored.arrival,

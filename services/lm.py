@@ -168,7 +168,10 @@ class LMService:
         self.client = make_client()
         self.log.emit("lm_started", {
             "lm": self.lm_id, "epoch": self.core.epoch, "recovering": self.core.recovering,
-            "nodes": len(self.core.topology), "workers": sorted(self.worker_urls)})
+            "nodes": len(self.core.topology), "workers": sorted(self.worker_urls),
+            # the capacity `megha inspect` measures each user queue's share of the cluster by
+            "cpu_m": sum(node.capacity.cpu_m for node in self.core.topology.nodes),
+            "mem_mib": sum(node.capacity.mem_mib for node in self.core.topology.nodes)})
         # not waiting for RabbitMQ: GMs and workers are served while it is away
         await self.broker.start(wait=False)
         self._spawn(self._drain_task_events(), "task-events")

@@ -21,6 +21,13 @@ from common.commands import Log
 from services.eventlog import EventLog
 
 
+# Events that carry `handle_s`, the time the core took over the event that produced them:
+# a task's processing time at the GM (placed), the LM (launched) and the worker (queued or
+# started). With the timestamps, which are taken after the core returns, they split a task's
+# allocation time into queuing, processing and communication (DESIGN section 5).
+TIMED_EVENTS = frozenset({"task_placed", "task_launched", "task_queued", "task_started"})
+
+
 class CoreRunner:
     def __init__(self, core, svc: str, log: EventLog,
                  registry: CollectorRegistry | None = None) -> None:
@@ -55,7 +62,10 @@ class CoreRunner:
         unhandled = []
         for command in commands:
             if type(command) is Log:
-                self.log.emit(command.event, command.fields)
+                fields = command.fields
+                if command.event in TIMED_EVENTS:
+                    fields = fields | {"handle_s": round(elapsed, 6)}
+                self.log.emit(command.event, fields)
                 continue
             executor = self.executors.get(type(command))
             if executor is None:

@@ -1,0 +1,353 @@
+"""One run's events in, its figures out: allocation time and its parts, JCT and slowdown,
+counts, and each user queue's share of the cluster over time.
+
+Events arrive in any order (one service's file after another, or `docker compose logs`), so
+every figure is joined by id at the end: `feed` keeps a few numbers per job and per attempt,
+never the events.
+
+Allocation time of a task = its first start on a worker - its job's arrival at the GM
+(DESIGN section 5). For the attempt that started, the log gives, each stamped after the core
+returned and with `handle_s`, the core's time on the event (services/runtime.py):
+
+    arrival A      the job's `arrival` (GM clock)
+    placed  P, g   task_placed at the GM
+    launched L, l  task_launched at the LM
+    received W, w  task_queued at the worker, else task_started
+    started S      task_started at the worker
+
+and the allocation time S - A splits exactly into
+
+    framework queuing  (P - g) - A     waiting at the GM, including earlier refused attempts
+    processing         g + l + w       the GM's, LM's and worker's decisions
+    communication      (L - l) - P  +  (W - w) - L   messages in flight and waiting to be read
+    worker queuing     S - W           waiting in the node's local queue
+
+as in the Megha paper's section III. A task whose attempt lacks one of these events (a log
+cut short) still counts in the allocation figures, and in `breakdown.incomplete`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PARTS = ("framework_queuing", "processing", "communication", "worker_queuing")
+# Job-size classes by task count (ours: the paper reports short and long jobs by trace).
+SIZE_CLASSES = ((1, "1 task"), (10, "2-10 tasks"), (100, "11-100 tasks"),
+                (math.inf, "over 100 tasks"))
+LM_ENDS = ("task_finished", "task_failed", "task_lost", "task_preempted", "task_cancelled")
+SERIES_POINTS = 200  # samples of the share-over-time series
+
+
+def size_class(tasks: int) -> str:
+    return next(name for bound, name in SIZE_CLASSES if tasks <= bound)
+
+
+def summary(values) -> dict:
+    """count, mean and the percentiles the reports show, in the values' unit."""
+    array = np.asarray(values, dtype=float)
+    if array.size == 0:
+        return {"count": 0}
+    p50, p90, p99, p999 = np.percentile(array, [50, 90, 99, 99.9])
+    return {"count": int(array.size), "mean": float(array.mean()), "p50": float(p50),
+            "p90": float(p90), "p99": float(p99), "p99.9": float(p999),
+            "max": float(array.max())}
+
+
+@dataclass(slots=True)
+class _Attempt:
+    task: str = ""
+    placed: float | None = None
+    placed_h: float = 0.0
+    launched: float | None = None
+    launched_h: float = 0.0
+    received: float | None = None
+    received_h: float = 0.0
+    started: float | None = None
+    cpu_m: int = 0
+    user: str = ""
+    lm_start: float | None = None
+    lm_end: float | None = None
+
+
+@dataclass(slots=True)
+class _Job:
+    user: str = ""
+    arrival: float | None = None
+    tasks: int = 0
+    done: float | None = None
+    failed: bool = False
+    longest_task: float = 0.0
+
+
+@dataclass(slots=True)
+class RunAnalysis:
+    name: str
+    jobs: dict[str, _Job] = field(default_factory=lambda: defaultdict(_Job))
+    attempts: dict[str, _Attempt] = field(default_factory=lambda: defaultdict(_Attempt))
+    counts: Counter = field(default_factory=Counter)
+    refusals: Counter = field(default_factory=Counter)
+    requeues: Counter = field(default_factory=Counter)
+    shares: dict[str, float] = field(default_factory=dict)
+    policies: dict[str, str] = field(default_factory=dict)
+    capacity: dict[str, int] = field(default_factory=dict)  # LM -> cpu_m
+
+    def feed(self, event: dict) -> None:
+        handler = _HANDLERS.get(event["event"])
+        if handler is not None:
+            try:
+                handler(self, event)
+            except (KeyError, TypeError, ValueError):
+                self.counts["events_missing_fields"] += 1
+
+    # -- the figures -------------------------------------------------------------------------
+
+    def report(self) -> dict:
+        allocation, parts, incomplete = self._allocations()
+        return {
+            "name": self.name,
+            "policies": self.policies,
+            "allocation": allocation,
+            "breakdown": _breakdown(parts, incomplete),
+            "jct": self._jct(),
+            "counts": self._counts(),
+            "fairness": self._fairness(),
+        }
+
+    def _first_starts(self) -> dict[str, _Attempt]:
+        first: dict[str, _Attempt] = {}
+        for attempt in self.attempts.values():
+            if attempt.started is None or not attempt.task:
+                continue
+            known = first.get(attempt.task)
+            if known is None or attempt.started < known.started:
+                first[attempt.task] = attempt
+        return first
+
+    def _allocations(self) -> tuple[dict, list[tuple[float, ...]], int]:
+        overall: list[float] = []
+        by_user: dict[str, list[float]] = defaultdict(list)
+        by_size: dict[str, list[float]] = defaultdict(list)
+        parts: list[tuple[float, ...]] = []
+        incomplete = 0
+        for task, attempt in self._first_starts().items():
+            job = self.jobs.get(task.rpartition("/")[0])
+            if job is None or job.arrival is None:
+                incomplete += 1
+                continue
+            value = attempt.started - job.arrival
+            overall.append(value)
+            by_user[job.user].append(value)
+            by_size[size_class(job.tasks)].append(value)
+            if None in (attempt.placed, attempt.launched, attempt.received):
+                incomplete += 1
+                continue
+            gm_in = attempt.placed - attempt.placed_h
+            lm_in = attempt.launched - attempt.launched_h
+            worker_in = attempt.received - attempt.received_h
+            parts.append((gm_in - job.arrival,
+                          attempt.placed_h + attempt.launched_h + attempt.received_h,
+                          (lm_in - attempt.placed) + (worker_in - attempt.launched),
+                          attempt.started - attempt.received))
+        allocation = {"overall": summary(overall),
+                      "by_user": {u: summary(v) for u, v in sorted(by_user.items())},
+                      "by_size": {name: summary(by_size[name]) for _, name in SIZE_CLASSES
+                                  if by_size.get(name)}}
+        return allocation, parts, incomplete
+
+    def _jct(self) -> dict:
+        jct, slowdown = [], []
+        by_user: dict[str, list[float]] = defaultdict(list)
+        by_size: dict[str, list[float]] = defaultdict(list)
+        for job in self.jobs.values():
+            if job.done is None or job.arrival is None or job.failed:
+                continue
+            value = job.done - job.arrival
+            jct.append(value)
+            by_user[job.user].append(value)
+            by_size[size_class(job.tasks)].append(value)
+            if job.longest_task > 0:
+                slowdown.append(value / job.longest_task)
+        return {"overall": summary(jct), "slowdown": summary(slowdown),
+                "by_user": {u: summary(v) for u, v in sorted(by_user.items())},
+                "by_size": {name: summary(by_size[name]) for _, name in SIZE_CLASSES
+                            if by_size.get(name)}}
+
+    def _counts(self) -> dict:
+        jobs = self.jobs.values()
+        counts = {
+            "jobs_arrived": sum(job.arrival is not None for job in jobs),
+            "jobs_done": sum(job.done is not None and not job.failed for job in jobs),
+            "jobs_failed": sum(job.failed for job in jobs),
+            "tasks_started": len(self._first_starts()),
+        }
+        for name in ("launches", "launches_refused", "repartitions", "preemption_attempts",
+                     "preemptions", "preemptions_refused", "requeues", "tasks_lost",
+                     "tasks_failed", "nodes_down", "events_missing_fields"):
+            counts[name] = self.counts.get(name, 0)
+        counts["launches_refused_by_reason"] = dict(self.refusals.most_common())
+        counts["requeues_by_reason"] = dict(self.requeues.most_common())
+        return counts
+
+    def _fairness(self) -> dict:
+        capacity = sum(self.capacity.values())
+        changes: list[tuple[float, str, int]] = []
+        for attempt in self.attempts.values():
+            if attempt.lm_start is None or not attempt.cpu_m:
+                continue
+            changes.append((attempt.lm_start, attempt.user, attempt.cpu_m))
+            if attempt.lm_end is not None:
+                changes.append((attempt.lm_end, attempt.user, -attempt.cpu_m))
+        result: dict = {"capacity_cpu_m": capacity, "configured": dict(sorted(
+            self.shares.items()))}
+        if not changes or capacity <= 0:
+            return result | {"mean_share": {}, "series": {"t": [], "users": {}}}
+        changes.sort()
+        users = sorted({user for _, user, _ in changes} | set(self.shares))
+        start, end = changes[0][0], changes[-1][0]
+        grid = np.linspace(start, end, SERIES_POINTS) if end > start else np.array([start])
+        series, mean = {}, {}
+        for user in users:
+            times = np.array([t for t, u, _ in changes if u == user] or [start])
+            steps = np.cumsum([d for _, u, d in changes if u == user] or [0])
+            # the cpu the user holds at each grid time: the last change at or before it
+            held = np.where(np.searchsorted(times, grid, side="right") > 0,
+                            steps[np.maximum(np.searchsorted(times, grid, side="right") - 1,
+                                             0)], 0)
+            series[user] = (held / capacity).round(4).tolist()
+            mean[user] = _time_weighted_mean(times, steps, start, end) / capacity
+        return result | {"mean_share": mean,
+                         "series": {"t": (grid - start).round(3).tolist(), "users": series}}
+
+
+def _time_weighted_mean(times: np.ndarray, steps: np.ndarray, start: float,
+                        end: float) -> float:
+    if end <= start:
+        return float(steps[-1])
+    edges = np.append(np.clip(times, start, end), end)
+    return float(np.sum(steps * np.diff(edges)) / (end - start))
+
+
+def _breakdown(parts: list[tuple[float, ...]], incomplete: int) -> dict:
+    if not parts:
+        return {"tasks": 0, "incomplete": incomplete}
+    array = np.asarray(parts)
+    means = array.mean(axis=0)
+    total = means.sum()
+    return {
+        "tasks": len(parts), "incomplete": incomplete,
+        "mean_s": dict(zip(PARTS, means.tolist(), strict=True)),
+        "p50_s": dict(zip(PARTS, np.percentile(array, 50, axis=0).tolist(), strict=True)),
+        "share": dict(zip(PARTS, (means / total if total > 0 else means * 0).tolist(),
+                          strict=True)),
+    }
+
+
+# -- one handler per event kind ----------------------------------------------------------------
+
+
+def _job_arrived(run: RunAnalysis, e: dict) -> None:
+    job = run.jobs[e["job"]]
+    arrival = float(e.get("arrival", e["ts"]))
+    job.arrival = arrival if job.arrival is None else min(job.arrival, arrival)
+    job.user = e.get("user", job.user)
+    job.tasks = int(e.get("tasks", job.tasks))
+
+
+def _job_ended(run: RunAnalysis, e: dict) -> None:
+    job = run.jobs[e["job"]]
+    _job_arrived(run, e)  # job_done carries the arrival too: a log without job_arrived works
+    job.done = e["ts"] if job.done is None else min(job.done, e["ts"])
+    job.failed = e["event"] == "job_failed"
+
+
+def _placed(run: RunAnalysis, e: dict) -> None:
+    attempt = run.attempts[e["attempt"]]
+    attempt.task = e["task"]
+    attempt.placed, attempt.placed_h = e["ts"], float(e.get("handle_s", 0.0))
+
+
+def _launched(run: RunAnalysis, e: dict) -> None:
+    run.counts["launches"] += 1
+    attempt = run.attempts[e["attempt"]]
+    attempt.task = e["task"]
+    attempt.launched, attempt.launched_h = e["ts"], float(e.get("handle_s", 0.0))
+    attempt.lm_start, attempt.cpu_m, attempt.user = e["ts"], int(e.get("cpu_m", 0)), e["user"]
+
+
+def _received(run: RunAnalysis, e: dict) -> None:
+    attempt = run.attempts[e["attempt"]]
+    if attempt.received is None or e["ts"] < attempt.received:
+        attempt.received, attempt.received_h = e["ts"], float(e.get("handle_s", 0.0))
+
+
+def _started(run: RunAnalysis, e: dict) -> None:
+    attempt = run.attempts[e["attempt"]]
+    attempt.task = e["task"]
+    attempt.started = e["ts"]
+    if attempt.received is None:  # started at once: received and started by one event
+        attempt.received, attempt.received_h = e["ts"], float(e.get("handle_s", 0.0))
+    job = run.jobs[e["job"]]
+    job.longest_task = max(job.longest_task, float(e.get("duration") or 0.0))
+
+
+def _lm_end(run: RunAnalysis, e: dict) -> None:
+    # task_finished and task_failed are logged by the worker too (with a `worker` field); the
+    # LM's are the truth that shares and counts are taken from
+    if "worker" in e:
+        return
+    run.attempts[e["attempt"]].lm_end = e["ts"]
+    counter = {"task_lost": "tasks_lost", "task_failed": "tasks_failed",
+               "task_preempted": "preemptions"}.get(e["event"])
+    if counter:
+        run.counts[counter] += 1
+
+
+def _counter(name: str):
+    def count(run: RunAnalysis, e: dict) -> None:
+        run.counts[name] += 1
+    return count
+
+
+def _refused(run: RunAnalysis, e: dict) -> None:
+    run.counts["launches_refused"] += 1
+    run.refusals[e.get("reason", "?")] += 1
+
+
+def _requeued(run: RunAnalysis, e: dict) -> None:
+    run.counts["requeues"] += 1
+    run.requeues[e.get("reason", "?")] += 1
+
+
+def _gm_starting(run: RunAnalysis, e: dict) -> None:
+    run.shares.update(e.get("shares") or {})
+    if e.get("policies"):
+        run.policies = dict(e["policies"])
+
+
+def _lm_started(run: RunAnalysis, e: dict) -> None:
+    if "cpu_m" in e:
+        run.capacity[e["lm"]] = int(e["cpu_m"])
+
+
+_HANDLERS = {
+    "job_arrived": _job_arrived,
+    "job_done": _job_ended,
+    "job_failed": _job_ended,
+    "task_placed": _placed,
+    "task_launched": _launched,
+    "task_queued": _received,
+    "task_started": _started,
+    "launch_refused": _refused,
+    "repartition": _counter("repartitions"),
+    "preemption_requested": _counter("preemption_attempts"),
+    "preemption_refused": _counter("preemptions_refused"),
+    "task_requeued": _requeued,
+    "node_down": _counter("nodes_down"),
+    "gm_starting": _gm_starting,
+    "lm_started": _lm_started,
+    **dict.fromkeys(LM_ENDS, _lm_end),
+}
