@@ -58,7 +58,17 @@ def fill(lms: list[LocalMaster], occupancy: float, rng: random.Random) -> None:
         lm._snapshot_cache = None
 
 
-def jobs(count_tasks: int, user: str, rng: random.Random, prefix: str) -> list[JobSpec]:
+def feasible_constraints(rng: random.Random, topologies) -> frozenset[int]:
+    """A task's constraints from the model (30% unconstrained), redrawn until some node of the
+    cluster has them all: the GM rightly refuses a job with an infeasible task."""
+    while True:
+        constraints = task_constraints(rng, unconstrained_share=0.3)
+        if any(t.mask_for(constraints).any() for t in topologies):
+            return constraints
+
+
+def jobs(count_tasks: int, user: str, rng: random.Random, prefix: str,
+         topologies) -> list[JobSpec]:
     out, made, n = [], 0, 0
     while made < count_tasks:
         width = min(rng.choice((1, 2, 5, 10, 50, 100)), count_tasks - made)
@@ -66,7 +76,7 @@ def jobs(count_tasks: int, user: str, rng: random.Random, prefix: str) -> list[J
         tasks = tuple(
             TaskSpec(f"{job_id}/{i}", job_id,
                      Resources(rng.choice(CPU_CHOICES), rng.choice(MEM_CHOICES)),
-                     task_constraints(rng, unconstrained_share=0.3), 10.0)
+                     feasible_constraints(rng, topologies), 10.0)
             for i in range(width)
         )
         out.append(JobSpec(job_id, user, tasks, 0.0))
@@ -90,7 +100,8 @@ def gm_decisions_per_s(args, occupancy: float) -> tuple[float, float, list[SendL
     gm = GlobalMaster(GMConfig(gms[0], queues, fairness="none"), topologies=topologies)
     for lm in lms:
         gm.handle(HeartbeatReceived("hb", lm.snapshot()), 0.0)
-    workload = jobs(args.tasks, "u1", random.Random(args.seed + 2), f"occ{occupancy}-")
+    workload = jobs(args.tasks, "u1", random.Random(args.seed + 2), f"occ{occupancy}-",
+                    topologies)
     settle_heap()
     launches: list[SendLaunch] = []
     verdicts = 0
