@@ -40,6 +40,7 @@ SIZE_CLASSES = ((1, "1 task"), (10, "2-10 tasks"), (100, "11-100 tasks"),
                 (math.inf, "over 100 tasks"))
 LM_ENDS = ("task_finished", "task_failed", "task_lost", "task_preempted", "task_cancelled")
 SERIES_POINTS = 200  # samples of the share-over-time series
+CDF_POINTS = 500  # quantiles kept of a distribution, for plots (the report has no raw values)
 
 
 def size_class(tasks: int) -> str:
@@ -55,6 +56,18 @@ def summary(values) -> dict:
     return {"count": int(array.size), "mean": float(array.mean()), "p50": float(p50),
             "p90": float(p90), "p99": float(p99), "p99.9": float(p999),
             "max": float(array.max())}
+
+
+def _cdf(values, points: int = CDF_POINTS) -> dict:
+    """The empirical CDF as at most `points` (x, y) pairs: every value when there are few,
+    else evenly spaced quantiles, so a plot of millions of tasks stays a small report."""
+    array = np.sort(np.asarray(values, dtype=float))
+    if array.size <= points:
+        x, y = array, np.arange(1, array.size + 1) / max(array.size, 1)
+    else:
+        y = np.linspace(0.0, 1.0, points)
+        x = np.quantile(array, y)
+    return {"x": x.round(6).tolist(), "y": y.round(4).tolist()}
 
 
 @dataclass(slots=True)
@@ -152,7 +165,7 @@ class RunAnalysis:
                           attempt.placed_h + attempt.launched_h + attempt.received_h,
                           (lm_in - attempt.placed) + (worker_in - attempt.launched),
                           attempt.started - attempt.received))
-        allocation = {"overall": summary(overall),
+        allocation = {"overall": summary(overall), "cdf": _cdf(overall),
                       "by_user": {u: summary(v) for u, v in sorted(by_user.items())},
                       "by_size": {name: summary(by_size[name]) for _, name in SIZE_CLASSES
                                   if by_size.get(name)}}
@@ -171,7 +184,7 @@ class RunAnalysis:
             by_size[size_class(job.tasks)].append(value)
             if job.longest_task > 0:
                 slowdown.append(value / job.longest_task)
-        return {"overall": summary(jct), "slowdown": summary(slowdown),
+        return {"overall": summary(jct), "cdf": _cdf(jct), "slowdown": summary(slowdown),
                 "by_user": {u: summary(v) for u, v in sorted(by_user.items())},
                 "by_size": {name: summary(by_size[name]) for _, name in SIZE_CLASSES
                             if by_size.get(name)}}

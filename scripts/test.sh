@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project: the README's test command, and what CI runs.
-# Installs what it needs into .venv first (idempotent). The integration tests install and start
+# Installs what it needs into .venv first (idempotent), and Debian's chromium when missing
+# (scripts/chromium.sh: the HTML report's test renders it). The integration tests install and start
 # the project's own RabbitMQ (scripts/rabbitmq.sh) when none runs; the e2e tests prepare Docker
 # (deploy/prepare.sh: engine, Compose v2, base images) and bring up their own compose project.
 # Whatever this run started, it stops: the broker, the compose projects, and a Docker engine
@@ -18,6 +19,7 @@ stop_engine_we_started() {
 trap stop_engine_we_started EXIT
 
 bash scripts/venv.sh
+bash scripts/chromium.sh >/dev/null
 echo "== ruff"
 .venv/bin/ruff check common services loadgen inspection megha tests benchmarks
 echo "== pytest"

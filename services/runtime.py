@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from common.commands import Log
 from services.eventlog import EventLog
 
-
 # Events that carry `handle_s`, the time the core took over the event that produced them:
 # a task's processing time at the GM (placed), the LM (launched) and the worker (queued or
 # started). With the timestamps, which are taken after the core returns, they split a task's

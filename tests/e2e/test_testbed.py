@@ -7,11 +7,14 @@ the logs show each of its tasks finishing exactly once at its GM."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections import Counter, defaultdict
 
 import pytest
-from conftest import ComposeProject, accepted_jobs_all_done
+from conftest import ROOT, ComposeProject, accepted_jobs_all_done
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -41,11 +44,29 @@ def test_sample_replay_completes_and_logs_time_every_allocation(testbed: Compose
         if event["event"] == "task_started" and event["job"] in arrivals:
             first_start.setdefault(event["task"], event["ts"])
             tasks_of[event["job"]].add(event["task"])
+    allocations = []
     for job, (arrival, tasks) in arrivals.items():
         assert len(tasks_of[job]) == tasks, f"{job}: {len(tasks_of[job])} of {tasks} started"
         for task in tasks_of[job]:
             allocation = first_start[task] - arrival
             assert 0 <= allocation < 30, (task, allocation)
+            allocations.append(allocation)
+
+    # `docker compose logs` as a user pipes it (prefixes and all) into `megha inspect`
+    logs = testbed.compose("logs", "--no-color").stdout
+    inspected = subprocess.run([sys.executable, "-m", "megha", "inspect", "-", "--json", "-"],
+                               input=logs, capture_output=True, text=True, timeout=120,
+                               cwd=ROOT)
+    assert inspected.returncode == 0, inspected.stderr
+    report = json.loads(inspected.stdout)["runs"][0]
+    assert report["counts"]["jobs_done"] == 10
+    assert report["allocation"]["overall"]["count"] == len(allocations) == 183
+    assert report["allocation"]["overall"]["max"] == pytest.approx(max(allocations), abs=1e-5)
+    breakdown = report["breakdown"]
+    assert breakdown["tasks"] == 183 and breakdown["incomplete"] == 0
+    assert sum(breakdown["mean_s"].values()) == pytest.approx(
+        report["allocation"]["overall"]["mean"], abs=1e-6)
+    assert report["fairness"]["capacity_cpu_m"] == 3 * 40 * 2000
 
 
 def _kill_mid_replay(testbed: ComposeProject, service: str, down_for: float) -> tuple[dict, float]:

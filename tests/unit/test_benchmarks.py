@@ -1,0 +1,29 @@
+"""The benchmark scripts still run and print their `name=value` lines (at toy sizes: the
+figures themselves are measured by running the scripts, not here)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("script, args, names", [
+    ("bench_core.py", ["--nodes", "400", "--lms", "4", "--gms", "2", "--tasks", "300",
+                       "--occupancy", "0.5"],
+     ["gm_decisions_per_s_occ50", "lm_validations_per_s"]),
+    ("bench_inspect.py", ["--events", "20000"],
+     ["inspect_events_per_s", "inspect_peak_rss_mb"]),
+])
+def test_a_benchmark_prints_its_figures(script, args, names):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = dict(re.findall(r"^(\w+)=(\S+)$", done.stdout, flags=re.MULTILINE))
+    for name in names:
+        assert float(figures[name]) > 0, done.stdout
