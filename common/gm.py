@@ -594,13 +594,18 @@ class GlobalMaster:
         live = self._live_on.get(snapshot.lm)
         if not live or snapshot.running is None:
             return
+        # Only attempts launched by an older incarnation are at stake; the common case (none)
+        # costs one pass over this GM's live attempts, not a set of every running attempt.
+        epoch = snapshot.epoch
+        older = [(attempt_id, task) for attempt_id, task in live.items()
+                 if task.launched_at is not None and task.launched_at[0] < epoch]
+        if not older:
+            return
         listed = {info.attempt_id for info in snapshot.running if info.gm == self.gm}
-        for attempt_id, task in list(live.items()):
-            if attempt_id in listed or task.launched_at is None:
+        for attempt_id, task in older:
+            if attempt_id in listed:
                 task.missing_since = None
                 continue
-            if task.launched_at[0] >= snapshot.epoch:
-                continue  # the incarnation that launched it will report its end
             if task.missing_since is None:
                 task.missing_since = now
             elif now - task.missing_since >= self.config.attempt_grace:

@@ -51,6 +51,17 @@ class RunningAttempt:
     launched_at: float
     started: bool = False
     acknowledged: bool = False  # its worker has listed it in a heartbeat or started it
+    _info: RunningInfo | None = None
+
+    def info(self) -> RunningInfo:
+        """The attempt as heartbeats list it; made once, since none of it changes (every
+        snapshot lists every running attempt: building them anew was most of its cost)."""
+        if self._info is None:
+            task = self.placement.task
+            self._info = RunningInfo(self.placement.attempt_id, self.node_index,
+                                     self.placement.gm, self.placement.user, task.demand.cpu_m,
+                                     task.demand.mem_mib, self.logical)
+        return self._info
 
 
 class LocalMaster:
@@ -452,12 +463,7 @@ class LocalMaster:
                 free_cpu=tuple(self.state.free_cpu),
                 free_mem=tuple(self.state.free_mem),
                 up=frozenbitarray(self.state.up),
-                running=tuple(
-                    RunningInfo(attempt_id, a.node_index, a.placement.gm, a.placement.user,
-                                a.placement.task.demand.cpu_m, a.placement.task.demand.mem_mib,
-                                a.logical)
-                    for attempt_id, a in self.running.items()
-                ),
+                running=tuple(a.info() for a in self.running.values()),
             )
         return self._snapshot_cache
 

@@ -21,6 +21,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("inspection.command",
                 "turn event logs into answers: allocation-time breakdown, JCT, counts, "
                 "fairness, comparisons, plots, an HTML report"),
+    "simulate": ("simulator.command",
+                 "run a workload on a simulated cluster (10k to 50k nodes) under the federated "
+                 "core, a centralized one, Sparrow or random placement"),
     "synth": ("loadgen.synth_command",
               "build a workload (trace, Alibaba or Poisson; constraints, resources, users) "
               "and save it as a job file"),

@@ -55,7 +55,7 @@ class ComposeProject:
     def gm_url(self, gm: str) -> str:
         return f"http://127.0.0.1:{self.ports[gm]}"
 
-    def wait_healthy(self, services: list[str], timeout: float = 120.0) -> None:
+    def wait_healthy(self, services: list[str], timeout: float = 240.0) -> None:
         deadline = time.monotonic() + timeout
         for service in services:
             while True:

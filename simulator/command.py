@@ -1,0 +1,169 @@
+"""`megha simulate`: one workload on one simulated cluster under one scheduler, with the event
+log the services would write (`megha inspect` reads it) and the headline figures printed.
+
+The cluster is a federation file (`--config`, as the testbed's) or a shape (`--nodes`,
+`--gms`, `--lms`); the workload takes the options of `megha replay`. Schedulers: `megha` (the
+federated core), `centralized` (the same core as one GM and one LM over the whole cluster),
+`sparrow` and `random` (simulator/baselines.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from common.errors import InvalidInput
+from common.federation import Federation
+from loadgen.sources import add_workload_arguments, build_workload, load_config
+from simulator.baselines import DEFAULT_PROBE_RATIO, RandomSimulation, SparrowSimulation
+from simulator.cluster import PAPER_NODE, SLOT, shaped_federation
+from simulator.engine import DelayModel
+from simulator.eventlog import SimLog
+from simulator.federated import PROCESSING_MODELS, FederatedSimulation, job_specs
+
+SCHEDULERS = ("megha", "centralized", "sparrow", "random")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sim = parser.add_argument_group("simulation")
+    sim.add_argument("--scheduler", choices=SCHEDULERS, default="megha",
+                     help="megha (default), centralized (one GM, one LM), sparrow, random")
+    sim.add_argument("--nodes", type=int, default=None,
+                     help="a generated cluster of N nodes instead of --config's")
+    sim.add_argument("--gms", type=int, default=4, help="with --nodes: GMs (default 4)")
+    sim.add_argument("--lms", type=int, default=25, help="with --nodes: LMs (default 25)")
+    sim.add_argument("--nodes-per-worker", type=int, default=100,
+                     help="with --nodes: nodes one worker agent hosts (default 100)")
+    sim.add_argument("--node", default=f"{PAPER_NODE[0]},{PAPER_NODE[1]}", metavar="CPU_M,MEM",
+                     help="with --nodes: a node's capacity (default 64 cores, 16 GiB: the "
+                          "paper's)")
+    sim.add_argument("--heartbeat", type=float, default=None,
+                     help="LM heartbeat interval, s (default: the federation file's; 10 for "
+                          "--nodes, the paper's)")
+    sim.add_argument("--slots", action="store_true",
+                     help="slot mode: every node one slot, every task one slot (Sparrow's "
+                          "and the published Megha simulator's model)")
+    sim.add_argument("--delay", default=None, metavar="DIST",
+                     help="one-way network delay, s (default 0.0005; any distribution)")
+    sim.add_argument("--processing", choices=PROCESSING_MODELS, default="none",
+                     help="'measured': cores take the CPU time their calls take (then runs "
+                          "are not repeatable); default none")
+    sim.add_argument("--probe-ratio", type=float, default=DEFAULT_PROBE_RATIO,
+                     help="sparrow: probes per task (default 2)")
+    sim.add_argument("--log", type=Path, default=None,
+                     help="the event log (default sim-logs/<scheduler>.log)")
+    sim.add_argument("--no-log", action="store_true", help="write no event log")
+    sim.add_argument("--results", type=Path, default=None,
+                     help="write the run's figures (megha inspect's JSON) here")
+    sim.add_argument("--no-check", action="store_true",
+                     help="skip the end-of-run invariant checks")
+    add_workload_arguments(parser)
+
+
+def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
+    centralized = args.scheduler == "centralized"
+    if args.nodes is None:
+        federation, path = load_config(args.config)
+        if centralized:
+            raise InvalidInput("--scheduler", "centralized needs a generated cluster: give "
+                                              "--nodes")
+        if args.heartbeat is not None:
+            raise InvalidInput("--heartbeat", "set the interval in the federation file "
+                                              "([timing]) or use --nodes")
+        if args.slots:
+            raise InvalidInput("--slots", "slot mode needs a generated cluster: give --nodes")
+        return federation, path
+    if args.config is not None:
+        raise InvalidInput("--nodes", "give either --config or --nodes, not both")
+    try:
+        node = tuple(int(part) for part in args.node.split(","))
+    except ValueError:
+        node = ()
+    if len(node) != 2 or min(node) < 1:
+        raise InvalidInput("--node", f"expected CPU_M,MEM_MIB, got {args.node!r}")
+    gms, lms = (1, 1) if centralized else (args.gms, args.lms)
+    federation = shaped_federation(
+        args.nodes, gms, lms, slots=args.slots, node=node, nodes_per_worker=args.nodes_per_worker,
+        heartbeat_interval=10.0 if args.heartbeat is None else args.heartbeat, seed=args.seed)
+    return federation, f"{args.nodes} nodes, {gms} GMs, {lms} LMs"
+
+
+class _Bar:
+    """Jobs ended out of all, and the virtual clock, on a terminal; silent in a log."""
+
+    def __init__(self) -> None:
+        self.bar = None
+        if sys.stderr.isatty():
+            self.bar = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("jobs, virtual {task.fields[clock]}"),
+                                TimeElapsedColumn(), console=Console(file=sys.stderr))
+            self.task = self.bar.add_task("run", total=None, clock="0 s")
+            self.bar.start()
+
+    def __call__(self, now: float, done: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done, total=total, clock=f"{now:,.0f} s")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.slots and (args.cpu_m is not None or args.mem_mib is not None):
+        raise InvalidInput("--slots", "slot mode gives every task one slot: drop --cpu-m and "
+                                      "--mem-mib")
+    federation, where = cluster(args)
+    workload = build_workload(args, federation, Path(str(where)), prefix="")
+    jobs = job_specs(workload.jobs, SLOT if args.slots else None)
+    delay = DelayModel.parse(args.delay)
+    path = None if args.no_log else (args.log or Path("sim-logs") / f"{args.scheduler}.log")
+    log = SimLog(args.scheduler, path)
+    tasks = sum(len(job.tasks) for job in jobs)
+    print(f"simulating {args.scheduler} on {where}: {len(jobs)} jobs, {tasks} tasks from "
+          f"{workload.name}; delay {delay}, processing {args.processing}"
+          f"{', slot mode' if args.slots else ''}", flush=True)
+    bar = _Bar()
+    started = time.perf_counter()
+    try:
+        if args.scheduler in ("sparrow", "random"):
+            kind = SparrowSimulation if args.scheduler == "sparrow" else RandomSimulation
+            extra = {"probe_ratio": args.probe_ratio} if args.scheduler == "sparrow" else {}
+            sim = kind(federation, jobs, log, delay=delay, seed=args.seed, progress=bar, **extra)
+            sim.run()
+            virtual, steps, rejected = sim.engine.now, sim.engine.steps, 0
+        else:
+            sim = FederatedSimulation(federation, jobs, log, delay=delay,
+                                      processing=args.processing, seed=args.seed, progress=bar)
+            outcome = sim.run()
+            virtual, steps, rejected = outcome.virtual_s, outcome.steps, len(outcome.rejected)
+            if not args.no_check:
+                sim.check_invariants()
+    finally:
+        bar.close()
+        log.close()
+    wall = time.perf_counter() - started
+    report = log.report()
+    allocation, jct = report["allocation"]["overall"], report["jct"]["overall"]
+    print(f"  wall {wall:.1f} s, virtual {virtual:,.0f} s, {steps:,} steps, {log.events:,} "
+          f"events{', ' + str(rejected) + ' jobs rejected' if rejected else ''}")
+    if allocation.get("count"):
+        print(f"  allocation ms over {allocation['count']} tasks: p50 "
+              f"{allocation['p50'] * 1e3:.2f}  p90 {allocation['p90'] * 1e3:.2f}  p99 "
+              f"{allocation['p99'] * 1e3:.2f}  max {allocation['max'] * 1e3:.2f}  mean "
+              f"{allocation['mean'] * 1e3:.2f}")
+    if jct.get("count"):
+        print(f"  jct s over {jct['count']} jobs: mean {jct['mean']:.2f}  p50 {jct['p50']:.2f}"
+              f"  p99 {jct['p99']:.2f}")
+    if path is not None:
+        print(f"  event log {path} (megha inspect {path})")
+    if args.results is not None:
+        args.results.write_text(json.dumps(report | {"wall_s": wall, "virtual_s": virtual,
+                                                     "steps": steps}, indent=1))
+    return 0

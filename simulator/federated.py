@@ -1,0 +1,333 @@
+"""The federated design in simulation: the services' GM, LM and worker cores (common/), driven
+by a virtual clock instead of HTTP, RabbitMQ and timers (DESIGN section 6).
+
+Every command a core returns becomes what the services would do, one network delay later:
+a launch request reaches its LM, an LM's answer its GM, a task event or heartbeat (through
+the broker in the testbed) every GM concerned. A worker's `RunTask` ends after the task's
+duration. LMs and GMs tick at the heartbeat interval, as in the services.
+
+Processing time (`processing="measured"`): each service is a single server, as a service's
+one event loop is. An event waits until its service is free, the core's CPU time on it is
+measured, and whatever the core sends leaves when it is done; the event log stamps it then,
+with `handle_s`, exactly as the services do, so `megha inspect` splits allocation time the
+same way for both. With `processing="none"` (the default) cores take no virtual time, and the
+same seed gives the same event log.
+
+No failures are modelled: worker agents send no heartbeats and LMs never time them out,
+GMs never time out an LM, and an LM's heartbeat goes out only when its state changed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from common.commands import (
+    JobEnded,
+    KillTask,
+    Log,
+    PublishHeartbeat,
+    PublishTaskEvent,
+    ReplyToGM,
+    ReportToLM,
+    RunTask,
+    SendCancel,
+    SendLaunch,
+    SendPreempt,
+    StartOnWorker,
+    StopOnWorker,
+)
+from common.errors import InvalidInput
+from common.events import (
+    CancelRequested,
+    HeartbeatReceived,
+    JobSubmitted,
+    LaunchRequested,
+    LMReplied,
+    PreemptRequested,
+    TaskAssigned,
+    TaskCancelled,
+    TaskEventReceived,
+    TaskRunEnded,
+    Tick,
+    WorkerTaskFailed,
+    WorkerTaskFinished,
+    WorkerTaskStarted,
+)
+from common.federation import Federation
+from common.gm import GlobalMaster
+from common.lm import LocalMaster
+from common.models import JobSpec, TaskSpec
+from common.reasons import Reason
+from common.resources import Resources
+from common.worker import WorkerAgent
+from simulator.engine import DelayModel, Engine
+from simulator.eventlog import SimLog
+
+# the events whose log lines carry `handle_s`, as services/runtime.py's TIMED_EVENTS
+TIMED_EVENTS = frozenset({"task_placed", "task_launched", "task_queued", "task_started"})
+PROCESSING_MODELS = ("none", "measured")
+
+
+class InvariantBroken(AssertionError):
+    """A DESIGN section 4 invariant failed at the end of a run."""
+
+
+@dataclass(slots=True)
+class _Actor:
+    svc: str
+    core: object
+    busy_until: float = 0.0
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    jobs: int
+    rejected: dict[str, str] = field(default_factory=dict)  # job id -> reason
+    ended: dict[str, str] = field(default_factory=dict)  # job id -> state
+    completions: dict[str, int] = field(default_factory=dict)  # task id -> runs completed
+    virtual_s: float = 0.0
+    steps: int = 0
+
+
+class FederatedSimulation:
+    def __init__(self, federation: Federation, jobs: Sequence[JobSpec], log: SimLog, *,
+                 delay: DelayModel | None = None, processing: str = "none", seed: int = 0,
+                 progress: Callable[[float, int, int], None] | None = None) -> None:
+        if processing not in PROCESSING_MODELS:
+            raise InvalidInput("--processing", f"unknown model {processing!r} "
+                               f"(known: {', '.join(PROCESSING_MODELS)})")
+        self.federation = federation
+        self.jobs = sorted(jobs, key=lambda job: job.arrival)
+        self.log = log
+        self.engine = Engine()
+        self.delay = (delay or DelayModel.parse(None)).sampler(random.Random(f"{seed}/net"))
+        self.measured = processing == "measured"
+        self.progress = progress
+        self.rng = random.Random(f"{seed}/phases")
+        timing = federation.timing
+        topologies = federation.topologies()
+        # No failures are modelled, so no LM is ever left out for silence, and an LM repeats a
+        # heartbeat only when its state changed (an unchanged one would change nothing but
+        # the GM's last-heard time): most of a long run's heartbeats cost nothing.
+        self.gms = {gm: _Actor(gm, GlobalMaster(replace(federation.gm_config(gm),
+                                                        lm_timeout=math.inf),
+                                                topologies=topologies))
+                    for gm in federation.gms}
+        self._last_heartbeat: dict[str, object] = {}
+        self.lms = {t.lm: _Actor(t.lm, LocalMaster(t, heartbeat_interval=timing.heartbeat_interval,
+                                                   worker_timeout=math.inf))
+                    for t in topologies}
+        self.workers = {worker: _Actor(worker, WorkerAgent(
+            worker, federation.worker_nodes(worker), queue_policy=federation.policies.local_queue))
+            for worker in federation.workers()}
+        self.worker_lm = federation.workers()
+        self.queue_gm = {queue.name: queue.gm for queue in federation.queues}
+        self.outcome = RunOutcome(jobs=len(self.jobs))
+        self._running: dict[str, tuple[_Actor, str, float]] = {}  # attempt -> worker, task,
+        # duration
+        self._finished_reports = 0
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def run(self) -> RunOutcome:
+        self._log_start()
+        # Every GM knows every LM before the first job, as `megha replay` waits for in the
+        # testbed: allocation times are the scheduler's, not a cold start's.
+        for lm in self.lms.values():
+            snapshot = lm.core.snapshot()
+            for gm in self.gms.values():
+                self._handle(gm, HeartbeatReceived(f"hb:{lm.svc}:start", snapshot))
+        interval = self.federation.timing.heartbeat_interval
+        for actor in (*self.lms.values(), *self.gms.values()):
+            self.engine.at(self.rng.uniform(0, interval), self._tick, actor)
+        for job in self.jobs:
+            self.engine.at(job.arrival, self._submit, job)
+        total = len(self.jobs)
+        report = None
+        if self.progress is not None:
+            def report(now: float) -> None:
+                self.progress(now, len(self.outcome.ended) + len(self.outcome.rejected), total)
+        self.engine.run(self._all_ended, report)
+        self.outcome.virtual_s = self.engine.now
+        self.outcome.steps = self.engine.steps
+        if self.progress is not None:
+            self.progress(self.engine.now, total, total)
+        return self.outcome
+
+    def _all_ended(self) -> bool:
+        return len(self.outcome.ended) + len(self.outcome.rejected) >= len(self.jobs)
+
+    def _submit(self, job: JobSpec) -> None:
+        gm = self.gms[self.queue_gm[job.user]]
+        try:
+            self._handle(gm, JobSubmitted(f"submit:{job.job_id}", job))
+        except InvalidInput as error:
+            self.outcome.rejected[job.job_id] = str(error)
+            self.log.emit(self.engine.now, gm.svc, "job_rejected",
+                          {"job": job.job_id, "user": job.user, "reason": str(error)})
+
+    def _tick(self, actor: _Actor) -> None:
+        if self._all_ended():
+            return  # the run is over: no more heartbeats keep the agenda alive
+        self._handle(actor, Tick(f"tick:{actor.svc}"))
+        self.engine.at(self.engine.now + self.federation.timing.heartbeat_interval,
+                       self._tick, actor)
+
+    # -- one event at one service --------------------------------------------------------------
+
+    def _deliver(self, item: tuple[_Actor, object]) -> None:
+        actor, event = item
+        if self.measured and actor.busy_until > self.engine.now:
+            self.engine.at(actor.busy_until, self._deliver, item)  # waits its turn, in order
+            return
+        self._handle(actor, event)
+
+    def _handle(self, actor: _Actor, event) -> None:
+        now = self.engine.now
+        if self.measured:
+            started = time.perf_counter()
+            commands = actor.core.handle(event, now)
+            took = time.perf_counter() - started
+            actor.busy_until = now + took
+        else:
+            commands = actor.core.handle(event, now)
+            took = 0.0
+        done = now + took
+        for command in commands:
+            self._route(actor, command, done, took)
+
+    def _send(self, actor: _Actor, event, at: float) -> None:
+        self.engine.at(at + self.delay(), self._deliver, (actor, event))
+
+    def _route(self, source: _Actor, command, at: float, took: float) -> None:
+        svc = source.svc
+        match command:
+            case Log(event=name, fields=fields):
+                if name in TIMED_EVENTS:
+                    fields = fields | {"handle_s": round(took, 9)}
+                self.log.emit(at, svc, name, fields)
+            case SendLaunch(lm=lm, request_id=rid, kind=kind, placements=items):
+                self._send(self.lms[lm], LaunchRequested(rid, svc, rid, kind, items), at)
+            case SendPreempt(lm=lm, request_id=rid, placement=item, victims=victims):
+                self._send(self.lms[lm], PreemptRequested(rid, svc, rid, item, victims), at)
+            case SendCancel(lm=lm, attempt_id=attempt):
+                self._send(self.lms[lm], CancelRequested(f"cancel:{attempt}", svc, attempt), at)
+            case ReplyToGM(gm=gm, request_id=rid, results=results, snapshot=snapshot):
+                self._send(self.gms[gm], LMReplied(f"reply:{rid}", svc, rid, results, snapshot),
+                           at)
+            case StartOnWorker(worker=worker, placement=item):
+                self._send(self.workers[worker], TaskAssigned(f"assign:{item.attempt_id}", item),
+                           at)
+            case StopOnWorker(worker=worker, attempt_id=attempt, reason=reason):
+                self._send(self.workers[worker], TaskCancelled(f"stop:{attempt}", attempt,
+                                                               reason), at)
+            case PublishTaskEvent(gm=gm, event=report):
+                self._send(self.gms[gm], TaskEventReceived(f"te:{report.attempt_id}", report),
+                           at)
+            case PublishHeartbeat(snapshot=snapshot):
+                if self._last_heartbeat.get(svc) is snapshot:
+                    return  # the LM's snapshot is cached until its state changes
+                self._last_heartbeat[svc] = snapshot
+                for gm in self.gms.values():
+                    self._send(gm, HeartbeatReceived(f"hb:{svc}", snapshot), at)
+            case RunTask(attempt_id=attempt, duration=duration):
+                self._running[attempt] = (source, attempt.rpartition("#")[0], duration or 0.0)
+                self.engine.at(at + (duration or 0.0), self._task_ran, attempt)
+            case KillTask(attempt_id=attempt):
+                self._running.pop(attempt, None)  # its scheduled end finds nothing to end
+            case ReportToLM(kind=kind, attempt_id=attempt, runtime=runtime, detail=detail,
+                            at=started):
+                lm = self.lms[self.worker_lm[svc]]
+                if kind is Reason.STARTED:
+                    event = WorkerTaskStarted(f"ws:{attempt}", svc, attempt, started)
+                elif kind is Reason.FINISHED:
+                    event = WorkerTaskFinished(f"wf:{attempt}", svc, attempt, runtime or 0.0)
+                else:
+                    event = WorkerTaskFailed(f"wx:{attempt}", svc, attempt, f"{kind}: {detail}")
+                self._send(lm, event, at)
+            case JobEnded(job_id=job_id, state=state):
+                self.outcome.ended[job_id] = state
+            case _:
+                raise InvariantBroken(f"{svc}: no route for {command!r}")
+
+    def _task_ran(self, attempt: str) -> None:
+        running = self._running.pop(attempt, None)
+        if running is None:
+            return  # killed before its end
+        worker, task, duration = running
+        completions = self.outcome.completions
+        completions[task] = completions.get(task, 0) + 1
+        self._deliver((worker, TaskRunEnded(f"ran:{attempt}", attempt, duration)))
+
+    # -- the log's first lines, as the services write them ------------------------------------
+
+    def _log_start(self) -> None:
+        policies = self.federation.policies
+        for gm in self.gms:
+            self.log.emit(0.0, gm, "gm_starting", {
+                "gm": gm, "epoch": 0,
+                "users": sorted(q.name for q in self.federation.queues if q.gm == gm),
+                "shares": {q.name: q.share for q in self.federation.queues if q.gm == gm},
+                "policies": {"job": policies.job, "fairness": policies.fairness,
+                             "placement": policies.placement,
+                             "local_queue": policies.local_queue}})
+        for lm in self.federation.lms:
+            self.log.emit(0.0, lm.id, "lm_started", {
+                "lm": lm.id, "epoch": 0, "recovering": False, "nodes": len(lm.nodes),
+                "workers": list(lm.workers),
+                "cpu_m": sum(node.capacity.cpu_m for node in lm.nodes),
+                "mem_mib": sum(node.capacity.mem_mib for node in lm.nodes)})
+
+    # -- DESIGN section 4, at the end of a run --------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Every core's own checks, and what only the driver sees: no accepted job dropped,
+        no task run to completion twice, and each GM's view equal to the LMs' truth once
+        the heartbeats after the last event have arrived."""
+        for actor in (*self.gms.values(), *self.lms.values(), *self.workers.values()):
+            actor.core.validate()
+        accepted = {job.job_id for job in self.jobs} - set(self.outcome.rejected)
+        dropped = accepted - set(self.outcome.ended)
+        if dropped:
+            raise InvariantBroken(f"{len(dropped)} accepted job(s) never ended, e.g. "
+                                  f"{sorted(dropped)[0]}")
+        twice = [task for task, runs in self.outcome.completions.items() if runs > 1]
+        if twice:
+            raise InvariantBroken(f"{len(twice)} task(s) ran to completion twice, e.g. "
+                                  f"{twice[0]}")
+        self._settle()
+        for gm in self.gms.values():
+            view = gm.core.view
+            for lm in self.lms.values():
+                seen, truth = view.slots[lm.svc].snapshot, lm.core.snapshot()
+                if (seen.free_cpu, seen.free_mem, seen.up) != (truth.free_cpu, truth.free_mem,
+                                                               truth.up):
+                    raise InvariantBroken(f"{gm.svc}'s view of {lm.svc} differs from its "
+                                          f"truth after the last heartbeat")
+
+    def _settle(self) -> None:
+        """One heartbeat from every LM, delivered: 'within one heartbeat interval'."""
+        for lm in self.lms.values():
+            lm.core.next_heartbeat_at = self.engine.now
+            self._handle(lm, Tick(f"tick:{lm.svc}:final"))
+        self.engine.run(lambda: False)
+
+
+def job_specs(replay_jobs, slot: tuple[int, int] | None = None) -> list[JobSpec]:
+    """The workload tools' jobs as the core's: task ids `{job}/{i}`; in slot mode every task
+    asks for exactly one node's `slot`."""
+    specs = []
+    for job in replay_jobs:
+        tasks = tuple(
+            TaskSpec(f"{job.job_id}/{i}", job.job_id,
+                     Resources(*slot) if slot else Resources(t.cpu_m, t.mem_mib),
+                     frozenset(t.constraints), t.duration)
+            for i, t in enumerate(job.tasks))
+        specs.append(JobSpec(job.job_id, job.user, tasks, job.arrival, job.weight,
+                             job.estimate))
+    return specs
+

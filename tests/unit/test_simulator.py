@@ -1,0 +1,118 @@
+"""The simulator: small scenarios whose allocation times are worked out by hand, the baselines'
+published behaviour, invariants at the end of a run, and repeatability."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common.models import JobSpec, TaskSpec
+from common.resources import Resources
+from simulator.baselines import RandomSimulation, SparrowSimulation
+from simulator.cluster import SLOT, shaped_federation
+from simulator.engine import DelayModel
+from simulator.eventlog import SimLog
+from simulator.federated import FederatedSimulation
+
+ROOT = Path(__file__).resolve().parents[2]
+D = 0.0005  # the default one-way delay
+
+
+def job(job_id: str, arrival: float, durations: list[float], user: str = "q1") -> JobSpec:
+    return JobSpec(job_id, user, tuple(TaskSpec(f"{job_id}/{i}", job_id, Resources(*SLOT),
+                                                duration=d) for i, d in enumerate(durations)),
+                   arrival)
+
+
+def starts(log: SimLog) -> dict[str, float]:
+    first = log.analysis._first_starts()
+    return {task: attempt.started for task, attempt in first.items()}
+
+
+def federated(nodes: int, jobs: list[JobSpec], gms: int = 1, lms: int = 1, **kwargs):
+    federation = shaped_federation(nodes, gms, lms, slots=True, heartbeat_interval=1.0)
+    log = SimLog("megha")
+    sim = FederatedSimulation(federation, jobs, log, **kwargs)
+    outcome = sim.run()
+    sim.check_invariants()
+    return outcome, log
+
+
+def test_a_task_on_an_idle_cluster_starts_two_delays_after_arrival():
+    # the GM places at once; the launch reaches the LM after one delay, the worker after two
+    outcome, log = federated(4, [job("a", 1.0, [5.0, 5.0])])
+    assert starts(log) == {"a/0": pytest.approx(1.0 + 2 * D), "a/1": pytest.approx(1.0 + 2 * D)}
+    # the end: the worker reports to the LM (one delay), the LM publishes to the GM (another)
+    jct = log.report()["jct"]["overall"]
+    assert jct["max"] == pytest.approx(2 * D + 5.0 + 2 * D)
+    assert outcome.ended == {"a": "done"} and outcome.completions == {"a/0": 1, "a/1": 1}
+
+
+def test_a_task_waiting_for_a_slot_starts_after_the_next_heartbeat_shows_it_free():
+    # 1 slot, two one-task jobs at 0. a runs from 2D to 2D + 3; its end reaches the LM at
+    # 2D + 3 + D. The GM learns that the slot is free from the LM's next heartbeat (every
+    # 1 s here, at a seeded phase), one delay later, and launches b: two delays more.
+    _, log = federated(1, [job("a", 0.0, [3.0]), job("b", 0.0, [1.0])])
+    freed_at_lm = 2 * D + 3.0 + D
+    b = starts(log)["b/0"]
+    assert freed_at_lm + 3 * D <= b <= freed_at_lm + 1.0 + 3 * D
+    breakdown = log.report()["breakdown"]
+    assert breakdown["mean_s"]["communication"] == pytest.approx(2 * D)  # both: two hops
+    assert breakdown["mean_s"]["framework_queuing"] == pytest.approx((b - 2 * D) / 2)
+    assert breakdown["mean_s"]["worker_queuing"] == 0
+
+
+def test_sparrow_takes_three_delays_probe_request_answer():
+    federation = shaped_federation(4, 1, 1, slots=True)
+    log = SimLog("sparrow")
+    sim = SparrowSimulation(federation, [job("a", 1.0, [2.0, 2.0])], log)
+    assert sim.run() == 1
+    assert list(starts(log).values()) == [pytest.approx(1.0 + 3 * D)] * 2
+    # 4 probes (ratio 2) for 2 tasks: two nodes get an empty answer and stay idle
+    assert sum(node.free for node in sim.nodes) == 4
+
+
+def test_sparrow_probes_wait_behind_a_long_task():
+    # 2 slots; job a (one 10 s task, probe ratio 1) starts at 3D on some node. Job b (two
+    # tasks) probes both nodes at 1.0: the idle one answers and starts b's first task at
+    # 1 + 3D; b's other probe waits behind a, whose end frees that slot at 3D + 10, and its
+    # request and answer take 2D more. The idle node cannot help: it holds no probe of b.
+    federation = shaped_federation(2, 1, 1, slots=True)
+    log = SimLog("sparrow")
+    jobs = [job("a", 0.0, [10.0]), job("b", 1.0, [1.0, 1.0])]
+    SparrowSimulation(federation, jobs, log, probe_ratio=1.0, seed=3).run()
+    times = sorted(t for task, t in starts(log).items() if task.startswith("b/"))
+    assert times == [pytest.approx(1.0 + 3 * D), pytest.approx(3 * D + 10.0 + 2 * D)]
+
+
+def test_random_placement_starts_after_one_delay_and_queues_fifo():
+    federation = shaped_federation(1, 1, 1, slots=True)
+    log = SimLog("random")
+    sim = RandomSimulation(federation, [job("a", 0.0, [2.0]), job("b", 0.5, [1.0])], log)
+    sim.run()
+    assert starts(log) == {"a/0": pytest.approx(D), "b/0": pytest.approx(D + 2.0)}
+
+
+def test_the_same_seed_gives_the_same_event_log(tmp_path):
+    logs = []
+    for run in range(2):
+        path = tmp_path / f"run{run}.log"
+        done = subprocess.run(
+            [sys.executable, "-m", "megha", "simulate", "--nodes", "200", "--gms", "2", "--lms",
+             "4", "--slots", "--trace", str(ROOT / "deploy" / "workloads" / "YH_small.tr"),
+             "--delay", "exp:0.0005", "--log", str(path), "--seed", "5"],
+            capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert done.returncode == 0, done.stderr
+        logs.append(path.read_bytes())
+    assert logs[0] == logs[1] and len(logs[0]) > 10_000
+    assert b'"event":"task_started"' in logs[0]
+
+
+def test_delay_models_parse_and_refuse():
+    assert str(DelayModel.parse(None)) == "const:0.0005"
+    assert str(DelayModel.parse("uniform:0.0001,0.001")) == "uniform:0.0001,0.001"
+    with pytest.raises(Exception, match="--delay"):
+        DelayModel.parse("fast")
