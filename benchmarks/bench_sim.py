@@ -45,8 +45,8 @@ def main() -> None:
     wall = float(re.search(r"wall ([\d.]+) s", done.stdout).group(1))
     steps = int(re.search(r"([\d,]+) steps", done.stdout).group(1).replace(",", ""))
     events = int(re.search(r"([\d,]+) events", done.stdout).group(1).replace(",", ""))
-    print(f"sim_wall_s={wall:.1f}")
-    print(f"sim_events_per_s={steps / wall:.0f}")
+    print(f"sim_wall_s={wall:.2f}")
+    print(f"sim_events_per_s={steps / max(wall, 1e-3):.0f}")
     print(f"sim_log_events={events}")
     print(f"sim_peak_rss_mb={peak_kib / 1024:.0f}")
 

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - started
     report = log.report()
     allocation, jct = report["allocation"]["overall"], report["jct"]["overall"]
-    print(f"  wall {wall:.1f} s, virtual {virtual:,.0f} s, {steps:,} steps, {log.events:,} "
+    print(f"  wall {wall:.2f} s, virtual {virtual:,.0f} s, {steps:,} steps, {log.events:,} "
           f"events{', ' + str(rejected) + ' jobs rejected' if rejected else ''}")
     if allocation.get("count"):
         print(f"  allocation ms over {allocation['count']} tasks: p50 "
