@@ -304,6 +304,22 @@ class ClusterState:
         self.up[offset:end] = up
         self._refresh_available(offset, end)
 
+    def shift(self, offset: int, changed: Sequence[int], old_cpu: Sequence[int],
+              new_cpu: Sequence[int], old_mem: Sequence[int], new_mem: Sequence[int],
+              up: bitarray) -> None:
+        """Move nodes `offset + i` (i in `changed`) by their snapshot's change from
+        (old_cpu, old_mem) to (new_cpu, new_mem), and set their liveness to `up[i]`: what
+        `load` would give when the state was the old snapshot less some reservations."""
+        free_cpu, free_mem = self.free_cpu, self.free_mem
+        is_up, available = self.up, self.available
+        min_cpu, min_mem = self.min_cpu, self.min_mem
+        for i in changed:
+            k = offset + i
+            cpu = free_cpu[k] = free_cpu[k] + new_cpu[i] - old_cpu[i]
+            mem = free_mem[k] = free_mem[k] + new_mem[i] - old_mem[i]
+            alive = is_up[k] = up[i]
+            available[k] = alive and cpu >= min_cpu and mem >= min_mem
+
     # -- the match ----------------------------------------------------------------------------
 
     def find(

@@ -179,6 +179,7 @@ class GlobalMaster:
         self._orphans: dict[str, tuple[str, str, str]] = {}  # task id -> (attempt, lm, node)
         self._preemptions: dict[str, PendingPreemption] = {}  # by request id
         self._live_on: dict[str, dict[str, TaskRecord]] = {}  # lm -> launched attempts there
+        self._oldest_launch: dict[str, int] = {}  # lm -> the oldest LM epoch launched under
         self._job_seq = 0
         self._request_seq = 0
         self._rr_internal = 0
@@ -544,6 +545,7 @@ class GlobalMaster:
                 continue
             if result.accepted:
                 task.launched_at = event.snapshot.version
+                self._note_launch(event.lm, task.launched_at)
                 if task.state is TaskState.PLACING:
                     self._move(task, TaskState.LAUNCHED, Reason.LAUNCHED, event.stimulus_id,
                                now, f"{event.lm}/{result.node_id}")
@@ -594,9 +596,11 @@ class GlobalMaster:
         live = self._live_on.get(snapshot.lm)
         if not live or snapshot.running is None:
             return
-        # Only attempts launched by an older incarnation are at stake; the common case (none)
-        # costs one pass over this GM's live attempts, not a set of every running attempt.
+        # Only attempts launched by an older incarnation are at stake; in the common case
+        # (the LM never restarted since) there are none, which costs nothing to know.
         epoch = snapshot.epoch
+        if epoch <= self._oldest_launch.get(snapshot.lm, epoch):
+            return
         older = [(attempt_id, task) for attempt_id, task in live.items()
                  if task.launched_at is not None and task.launched_at[0] < epoch]
         if not older:
@@ -611,6 +615,11 @@ class GlobalMaster:
             elif now - task.missing_since >= self.config.attempt_grace:
                 task.losses += 1
                 self._requeue(task, Reason.LOST, stimulus_id, now, commands)
+
+    def _note_launch(self, lm: str, version: tuple[int, int]) -> None:
+        oldest = self._oldest_launch.get(lm)
+        if oldest is None or version[0] < oldest:
+            self._oldest_launch[lm] = version[0]
 
     def _preemption_answered(self, request_id: str) -> None:
         pending = self._preemptions.get(request_id)
@@ -643,6 +652,7 @@ class GlobalMaster:
                 if task.launched_at is None:  # the start overtook the LM's answer
                     slot = self.view.slots.get(report.lm)
                     task.launched_at = slot.version if slot is not None else (-1, -1)
+                    self._note_launch(report.lm, task.launched_at)
                 self._move(task, TaskState.RUNNING, Reason.STARTED, event.stimulus_id, now)
                 if task.started_at is None:  # allocation time counts the first start only
                     task.started_at = report.at if report.at is not None else now

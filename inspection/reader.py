@@ -15,13 +15,14 @@ must not stop the report. Nothing is held beyond the current line.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import orjson
 
 from common.errors import InvalidInput
 
@@ -51,8 +52,8 @@ def parse_event(line: str) -> dict | str:
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     try:
-        event = json.loads(text)
-    except ValueError as error:
+        event = orjson.loads(text)  # about three times the standard parser's speed
+    except orjson.JSONDecodeError as error:
         return f"not JSON ({error.msg})"
     if not isinstance(event, dict):
         return "not a JSON object"

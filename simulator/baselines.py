@@ -90,7 +90,8 @@ class _SlotSimulation:
         if self.progress is not None:
             def report(now: float) -> None:
                 self.progress(now, self.ended, total)
-        self.engine.run(lambda: self.ended >= total, report)
+        self.engine.stopped = self.ended >= total
+        self.engine.run(report)
         if self.progress is not None:
             self.progress(self.engine.now, total, total)
         return self.ended
@@ -131,6 +132,7 @@ class _SlotSimulation:
                 "tasks": len(spec.tasks), "arrival": spec.arrival, "reason": ""})
             del self.live[spec.job_id]
             self.ended += 1
+            self.engine.stopped = self.ended >= len(self.jobs)
 
     def _next(self, node: _Node) -> None:
         raise NotImplementedError

@@ -48,6 +48,7 @@ class Engine:
         self._agenda: list[tuple[float, int, Callable, object]] = []
         self._seq = 0
         self.steps = 0
+        self.stopped = False  # set by whoever knows the run is over
 
     def at(self, time: float, action: Callable[[object], None], argument: object = None) -> None:
         if time < self.now:
@@ -55,19 +56,20 @@ class Engine:
         self._seq += 1
         heapq.heappush(self._agenda, (time, self._seq, action, argument))
 
-    def run(self, until: Callable[[], bool], progress: Callable[[float], None] | None = None,
+    def run(self, progress: Callable[[float], None] | None = None,
             progress_every: int = 50_000) -> None:
-        """Step until `until()` holds after a step, or nothing is left to do."""
+        """Step until an action sets `stopped`, or nothing is left to do."""
         agenda, pop = self._agenda, heapq.heappop
-        while agenda:
+        steps = self.steps
+        while agenda and not self.stopped:
             time, _, action, argument = pop(agenda)
             self.now = time
             action(argument)
-            self.steps += 1
-            if until():
-                return
-            if progress is not None and self.steps % progress_every == 0:
+            steps += 1
+            if progress is not None and steps % progress_every == 0:
+                self.steps = steps
                 progress(self.now)
+        self.steps = steps
 
     @property
     def pending(self) -> int:

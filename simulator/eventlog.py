@@ -8,9 +8,10 @@ without reading its own file back.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO
+
+import orjson
 
 from inspection.analysis import RunAnalysis
 
@@ -19,21 +20,22 @@ class SimLog:
     def __init__(self, name: str, path: Path | None = None) -> None:
         self.analysis = RunAnalysis(name)
         self.path = path
-        self._file: TextIO | None = None
+        self._file: BinaryIO | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("w", encoding="utf-8", buffering=1 << 20)
-        self._encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
+            self._file = path.open("wb", buffering=1 << 20)
         self.events = 0
 
     def emit(self, ts: float, svc: str, event: str, fields: dict | None = None) -> None:
-        record = {"ts": round(ts, 9), "svc": svc, "event": event}
+        record = {"ts": ts, "svc": svc, "event": event}
         if fields:
             record.update(fields)
         self.events += 1
         self.analysis.feed(record)
         if self._file is not None:
-            self._file.write(self._encode(record) + "\n")
+            # orjson: a million lines is most of a run's cost with the standard encoder
+            self._file.write(orjson.dumps(record, default=str,
+                                          option=orjson.OPT_APPEND_NEWLINE))
 
     def close(self) -> None:
         if self._file is not None:

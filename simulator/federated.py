@@ -129,6 +129,12 @@ class FederatedSimulation:
         self.outcome = RunOutcome(jobs=len(self.jobs))
         self._running: dict[str, tuple[_Actor, str, float]] = {}  # attempt -> worker, task,
         # duration
+        self._routes = {Log: self._log, SendLaunch: self._launch, SendPreempt: self._preempt,
+                        SendCancel: self._cancel, ReplyToGM: self._reply,
+                        StartOnWorker: self._start, StopOnWorker: self._stop,
+                        PublishTaskEvent: self._task_event, PublishHeartbeat: self._heartbeat,
+                        RunTask: self._run_task, KillTask: self._kill, ReportToLM: self._report,
+                        JobEnded: self._job_ended}
         self._finished_reports = 0
 
     # -- the run -----------------------------------------------------------------------------
@@ -151,7 +157,8 @@ class FederatedSimulation:
         if self.progress is not None:
             def report(now: float) -> None:
                 self.progress(now, len(self.outcome.ended) + len(self.outcome.rejected), total)
-        self.engine.run(self._all_ended, report)
+        self._stop_when_all_ended()  # no jobs at all
+        self.engine.run(report)
         self.outcome.virtual_s = self.engine.now
         self.outcome.steps = self.engine.steps
         if self.progress is not None:
@@ -169,6 +176,7 @@ class FederatedSimulation:
             self.outcome.rejected[job.job_id] = str(error)
             self.log.emit(self.engine.now, gm.svc, "job_rejected",
                           {"job": job.job_id, "user": job.user, "reason": str(error)})
+            self._stop_when_all_ended()
 
     def _tick(self, actor: _Actor) -> None:
         if self._all_ended():
@@ -204,55 +212,78 @@ class FederatedSimulation:
         self.engine.at(at + self.delay(), self._deliver, (actor, event))
 
     def _route(self, source: _Actor, command, at: float, took: float) -> None:
-        svc = source.svc
-        match command:
-            case Log(event=name, fields=fields):
-                if name in TIMED_EVENTS:
-                    fields = fields | {"handle_s": round(took, 9)}
-                self.log.emit(at, svc, name, fields)
-            case SendLaunch(lm=lm, request_id=rid, kind=kind, placements=items):
-                self._send(self.lms[lm], LaunchRequested(rid, svc, rid, kind, items), at)
-            case SendPreempt(lm=lm, request_id=rid, placement=item, victims=victims):
-                self._send(self.lms[lm], PreemptRequested(rid, svc, rid, item, victims), at)
-            case SendCancel(lm=lm, attempt_id=attempt):
-                self._send(self.lms[lm], CancelRequested(f"cancel:{attempt}", svc, attempt), at)
-            case ReplyToGM(gm=gm, request_id=rid, results=results, snapshot=snapshot):
-                self._send(self.gms[gm], LMReplied(f"reply:{rid}", svc, rid, results, snapshot),
-                           at)
-            case StartOnWorker(worker=worker, placement=item):
-                self._send(self.workers[worker], TaskAssigned(f"assign:{item.attempt_id}", item),
-                           at)
-            case StopOnWorker(worker=worker, attempt_id=attempt, reason=reason):
-                self._send(self.workers[worker], TaskCancelled(f"stop:{attempt}", attempt,
-                                                               reason), at)
-            case PublishTaskEvent(gm=gm, event=report):
-                self._send(self.gms[gm], TaskEventReceived(f"te:{report.attempt_id}", report),
-                           at)
-            case PublishHeartbeat(snapshot=snapshot):
-                if self._last_heartbeat.get(svc) is snapshot:
-                    return  # the LM's snapshot is cached until its state changes
-                self._last_heartbeat[svc] = snapshot
-                for gm in self.gms.values():
-                    self._send(gm, HeartbeatReceived(f"hb:{svc}", snapshot), at)
-            case RunTask(attempt_id=attempt, duration=duration):
-                self._running[attempt] = (source, attempt.rpartition("#")[0], duration or 0.0)
-                self.engine.at(at + (duration or 0.0), self._task_ran, attempt)
-            case KillTask(attempt_id=attempt):
-                self._running.pop(attempt, None)  # its scheduled end finds nothing to end
-            case ReportToLM(kind=kind, attempt_id=attempt, runtime=runtime, detail=detail,
-                            at=started):
-                lm = self.lms[self.worker_lm[svc]]
-                if kind is Reason.STARTED:
-                    event = WorkerTaskStarted(f"ws:{attempt}", svc, attempt, started)
-                elif kind is Reason.FINISHED:
-                    event = WorkerTaskFinished(f"wf:{attempt}", svc, attempt, runtime or 0.0)
-                else:
-                    event = WorkerTaskFailed(f"wx:{attempt}", svc, attempt, f"{kind}: {detail}")
-                self._send(lm, event, at)
-            case JobEnded(job_id=job_id, state=state):
-                self.outcome.ended[job_id] = state
-            case _:
-                raise InvariantBroken(f"{svc}: no route for {command!r}")
+        route = self._routes.get(type(command))
+        if route is None:
+            raise InvariantBroken(f"{source.svc}: no route for {command!r}")
+        route(source, command, at, took)
+
+    # one method per command: what the services do with it, one delay later
+
+    def _log(self, source: _Actor, command: Log, at: float, took: float) -> None:
+        fields = command.fields
+        if command.event in TIMED_EVENTS:
+            fields = fields | {"handle_s": took}
+        self.log.emit(at, source.svc, command.event, fields)
+
+    def _launch(self, source: _Actor, c: SendLaunch, at: float, took: float) -> None:
+        self._send(self.lms[c.lm], LaunchRequested(c.request_id, source.svc, c.request_id,
+                                                   c.kind, c.placements), at)
+
+    def _preempt(self, source: _Actor, c: SendPreempt, at: float, took: float) -> None:
+        self._send(self.lms[c.lm], PreemptRequested(c.request_id, source.svc, c.request_id,
+                                                    c.placement, c.victims), at)
+
+    def _cancel(self, source: _Actor, c: SendCancel, at: float, took: float) -> None:
+        self._send(self.lms[c.lm], CancelRequested(f"cancel:{c.attempt_id}", source.svc,
+                                                   c.attempt_id), at)
+
+    def _reply(self, source: _Actor, c: ReplyToGM, at: float, took: float) -> None:
+        self._send(self.gms[c.gm], LMReplied(f"reply:{c.request_id}", source.svc, c.request_id,
+                                             c.results, c.snapshot), at)
+
+    def _start(self, source: _Actor, c: StartOnWorker, at: float, took: float) -> None:
+        item = c.placement
+        self._send(self.workers[c.worker], TaskAssigned(f"assign:{item.attempt_id}", item), at)
+
+    def _stop(self, source: _Actor, c: StopOnWorker, at: float, took: float) -> None:
+        self._send(self.workers[c.worker], TaskCancelled(f"stop:{c.attempt_id}", c.attempt_id,
+                                                         c.reason), at)
+
+    def _task_event(self, source: _Actor, c: PublishTaskEvent, at: float, took: float) -> None:
+        self._send(self.gms[c.gm], TaskEventReceived(f"te:{c.event.attempt_id}", c.event), at)
+
+    def _heartbeat(self, source: _Actor, c: PublishHeartbeat, at: float, took: float) -> None:
+        if self._last_heartbeat.get(source.svc) is c.snapshot:
+            return  # the LM's snapshot is cached until its state changes
+        self._last_heartbeat[source.svc] = c.snapshot
+        for gm in self.gms.values():
+            self._send(gm, HeartbeatReceived(f"hb:{source.svc}", c.snapshot), at)
+
+    def _run_task(self, source: _Actor, c: RunTask, at: float, took: float) -> None:
+        duration = c.duration or 0.0
+        self._running[c.attempt_id] = (source, c.attempt_id.rpartition("#")[0], duration)
+        self.engine.at(at + duration, self._task_ran, c.attempt_id)
+
+    def _kill(self, source: _Actor, c: KillTask, at: float, took: float) -> None:
+        self._running.pop(c.attempt_id, None)  # its scheduled end finds nothing to end
+
+    def _report(self, source: _Actor, c: ReportToLM, at: float, took: float) -> None:
+        svc, attempt = source.svc, c.attempt_id
+        if c.kind is Reason.STARTED:
+            event = WorkerTaskStarted(f"ws:{attempt}", svc, attempt, c.at)
+        elif c.kind is Reason.FINISHED:
+            event = WorkerTaskFinished(f"wf:{attempt}", svc, attempt, c.runtime or 0.0)
+        else:
+            event = WorkerTaskFailed(f"wx:{attempt}", svc, attempt, f"{c.kind}: {c.detail}")
+        self._send(self.lms[self.worker_lm[svc]], event, at)
+
+    def _job_ended(self, source: _Actor, c: JobEnded, at: float, took: float) -> None:
+        self.outcome.ended[c.job_id] = c.state
+        self._stop_when_all_ended()
+
+    def _stop_when_all_ended(self) -> None:
+        if self._all_ended():
+            self.engine.stopped = True
 
     def _task_ran(self, attempt: str) -> None:
         running = self._running.pop(attempt, None)
@@ -314,7 +345,8 @@ class FederatedSimulation:
         for lm in self.lms.values():
             lm.core.next_heartbeat_at = self.engine.now
             self._handle(lm, Tick(f"tick:{lm.svc}:final"))
-        self.engine.run(lambda: False)
+        self.engine.stopped = False
+        self.engine.run()
 
 
 def job_specs(replay_jobs, slot: tuple[int, int] | None = None) -> list[JobSpec]:

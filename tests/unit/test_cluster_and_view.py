@@ -147,3 +147,42 @@ def test_constraint_model_frequencies_match_the_published_vector() -> None:
     assert mean == pytest.approx(1.86, abs=0.1)  # WORKLOADS.md: about 1.86 per task
     unconstrained = sum(not t for t in tasks) / len(tasks)
     assert unconstrained == pytest.approx(0.14, abs=0.02)
+
+
+def test_taking_a_newer_snapshot_changes_only_what_changed_and_keeps_reservations() -> None:
+    """`apply` shifts only the nodes a snapshot changed; after any mix of snapshots, downs,
+    reservations and releases the view equals one that loads every snapshot whole."""
+    rng = random.Random(11)
+    a, b = topology("a", [set()] * 12), topology("b", [set()] * 8)
+    view = FederationView("gm-1")
+    view.apply(snapshot(a, 1), 0.0)
+    view.apply(snapshot(b, 1), 0.0)
+    seq = {"a": 1, "b": 1}
+    requests = []
+    for step in range(400):
+        t = rng.choice((a, b))
+        move = rng.random()
+        if move < 0.5:
+            seq[t.lm] += 1
+            cpu = [rng.choice((0, 1000, 2500, 4000)) for _ in range(len(t))]
+            mem = [rng.choice((0, 2048, 4096)) for _ in range(len(t))]
+            up = frozenbitarray([rng.random() > 0.1 for _ in range(len(t))])
+            view.apply(LMSnapshot(t.lm, 0, seq[t.lm], t, tuple(cpu), tuple(mem), up, ()), 1.0)
+        elif move < 0.8:
+            request = f"r{step}"
+            view.reserve(request, view.slots[t.lm], rng.randrange(len(t)), 500, 256)
+            requests.append(request)
+        elif requests:
+            view.release(requests.pop(rng.randrange(len(requests))))
+        view.state.lower_thresholds(rng.choice((500, 4000)), rng.choice((256, 4096)))
+        whole = FederationView("gm-1")  # every snapshot loaded whole, then the reservations
+        whole.min_cpu, whole.min_mem = view.state.min_cpu, view.state.min_mem
+        for lm in ("a", "b"):
+            whole.apply(view.slots[lm].snapshot, 1.0)
+        for request in requests:
+            lm, items = view.inflight[request]
+            for i, cpu_m, mem_mib in items:
+                whole.reserve(request, whole.slots[lm], i, cpu_m, mem_mib)
+        assert (view.state.free_cpu, view.state.free_mem) == (whole.state.free_cpu,
+                                                              whole.state.free_mem), step
+        assert view.state.up == whole.state.up and view.state.available == whole.state.available
