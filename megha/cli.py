@@ -24,6 +24,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("simulator.command",
                  "run a workload on a simulated cluster (10k to 50k nodes) under the federated "
                  "core, a centralized one, Sparrow or random placement"),
+    "experiment": ("simulator.experiments",
+                   "the paper's simulation studies: baselines, cluster size, GMs and LMs, "
+                   "heartbeat interval"),
     "synth": ("loadgen.synth_command",
               "build a workload (trace, Alibaba or Poisson; constraints, resources, users) "
               "and save it as a job file"),

@@ -115,26 +115,24 @@ class _Bar:
             self.bar.stop()
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.slots and (args.cpu_m is not None or args.mem_mib is not None):
-        raise InvalidInput("--slots", "slot mode gives every task one slot: drop --cpu-m and "
-                                      "--mem-mib")
-    federation, where = cluster(args)
+def simulate_once(args: argparse.Namespace, scheduler: str, federation: Federation,
+                  where: str, log_path: Path | None, name: str | None = None) -> dict:
+    """One run: the workload of `args` on `federation` under `scheduler`; prints a few lines
+    and returns megha inspect's figures with the run's wall time, virtual time and steps."""
     workload = build_workload(args, federation, Path(str(where)), prefix="")
     jobs = job_specs(workload.jobs, SLOT if args.slots else None)
     delay = DelayModel.parse(args.delay)
-    path = None if args.no_log else (args.log or Path("sim-logs") / f"{args.scheduler}.log")
-    log = SimLog(args.scheduler, path)
+    log = SimLog(name or scheduler, log_path)
     tasks = sum(len(job.tasks) for job in jobs)
-    print(f"simulating {args.scheduler} on {where}: {len(jobs)} jobs, {tasks} tasks from "
+    print(f"simulating {scheduler} on {where}: {len(jobs)} jobs, {tasks} tasks from "
           f"{workload.name}; delay {delay}, processing {args.processing}"
           f"{', slot mode' if args.slots else ''}", flush=True)
     bar = _Bar()
     started = time.perf_counter()
     try:
-        if args.scheduler in ("sparrow", "random"):
-            kind = SparrowSimulation if args.scheduler == "sparrow" else RandomSimulation
-            extra = {"probe_ratio": args.probe_ratio} if args.scheduler == "sparrow" else {}
+        if scheduler in ("sparrow", "random"):
+            kind = SparrowSimulation if scheduler == "sparrow" else RandomSimulation
+            extra = {"probe_ratio": args.probe_ratio} if scheduler == "sparrow" else {}
             sim = kind(federation, jobs, log, delay=delay, seed=args.seed, progress=bar, **extra)
             sim.run()
             virtual, steps, rejected = sim.engine.now, sim.engine.steps, 0
@@ -161,9 +159,23 @@ def run(args: argparse.Namespace) -> int:
     if jct.get("count"):
         print(f"  jct s over {jct['count']} jobs: mean {jct['mean']:.2f}  p50 {jct['p50']:.2f}"
               f"  p99 {jct['p99']:.2f}")
-    if path is not None:
-        print(f"  event log {path} (megha inspect {path})")
+    if log_path is not None:
+        print(f"  event log {log_path} (megha inspect {log_path})", flush=True)
+    return report | {"wall_s": wall, "virtual_s": virtual, "steps": steps,
+                     "rejected_jobs": rejected}
+
+
+def check_slot_options(args: argparse.Namespace) -> None:
+    if args.slots and (args.cpu_m is not None or args.mem_mib is not None):
+        raise InvalidInput("--slots", "slot mode gives every task one slot: drop --cpu-m and "
+                                      "--mem-mib")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_slot_options(args)
+    federation, where = cluster(args)
+    path = None if args.no_log else (args.log or Path("sim-logs") / f"{args.scheduler}.log")
+    result = simulate_once(args, args.scheduler, federation, str(where), path)
     if args.results is not None:
-        args.results.write_text(json.dumps(report | {"wall_s": wall, "virtual_s": virtual,
-                                                     "steps": steps}, indent=1))
+        args.results.write_text(json.dumps(result, indent=1))
     return 0

@@ -3,6 +3,7 @@ published behaviour, invariants at the end of a run, and repeatability."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +117,23 @@ def test_delay_models_parse_and_refuse():
     assert str(DelayModel.parse("uniform:0.0001,0.001")) == "uniform:0.0001,0.001"
     with pytest.raises(Exception, match="--delay"):
         DelayModel.parse("fast")
+
+
+def test_the_baselines_experiment_runs_every_scheduler_on_one_workload(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "megha", "experiment", "baselines", "--jobs", "15", "--nodes",
+         "300", "--gms", "2", "--lms", "3", "--out", str(tmp_path), "--html",
+         str(tmp_path / "report.html")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [run["name"] for run in results["runs"]] == ["megha", "centralized", "sparrow",
+                                                        "random"]
+    tasks = {run["allocation"]["overall"]["count"] for run in results["runs"]}
+    assert len(tasks) == 1 and tasks.pop() > 15  # the same workload for all
+    assert results["runs"][1]["shape"]["gms"] == 1 and results["runs"][0]["shape"]["gms"] == 2
+    assert "sparrow / megha" in (tmp_path / "table.txt").read_text()
+    assert (tmp_path / "report.html").stat().st_size > 10_000
+    refused = subprocess.run([sys.executable, "-m", "megha", "experiment", "gms-lms",
+                              "--values", "4by2"], capture_output=True, text=True, cwd=ROOT,
+                             timeout=60)
+    assert refused.returncode == 2 and "'4by2' is not one of the GxL pairs" in refused.stderr

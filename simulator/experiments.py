@@ -1,0 +1,137 @@
+"""`megha experiment NAME`: the paper's simulation studies as commands.
+
+    baselines     megha, centralized, sparrow and random on one cluster and workload
+                  (default: YH1_sub on 10,000 nodes, 4 GMs, 25 LMs, slot mode)
+    cluster-size  megha on 1,000 to 50,000 nodes (default 10 GMs, 10 LMs, as the paper)
+    gms-lms       megha with other numbers of GMs and LMs (default on 30,000 nodes)
+    heartbeat     megha with other LM heartbeat intervals
+
+`--values` changes what is swept (schedulers; node counts; GxL pairs; seconds). Every run's
+event log, the figures of all runs (JSON) and a side-by-side table go to `--out`, and
+`--html` adds megha inspect's report of them all. The workload options are `megha replay`'s;
+`--jobs 300` makes any experiment quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from common.errors import InvalidInput
+from inspection.compare import compare
+from inspection.terminal import render_comparison
+from simulator import command as simulate
+from simulator.cluster import shaped_federation
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED_TRACE = ROOT / "deploy" / "workloads" / "YH1_sub.tr"
+EXPERIMENTS = {
+    # name: (what --values lists, its default, cluster defaults)
+    "baselines": ("schedulers", "megha,centralized,sparrow,random",
+                  {"nodes": 10_000, "gms": 4, "lms": 25}),
+    "cluster-size": ("node counts", "1000,5000,10000,20000,50000", {"gms": 10, "lms": 10}),
+    "gms-lms": ("GxL pairs", "1x10,5x10,10x10,10x5,10x20", {"nodes": 30_000}),
+    "heartbeat": ("intervals in seconds", "1,5,10,30", {"nodes": 10_000, "gms": 4, "lms": 25}),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("experiment", choices=list(EXPERIMENTS), help="which study")
+    parser.add_argument("--values", default=None,
+                        help="what to sweep, comma-separated (see the list above)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for the logs, results.json and table (default "
+                             "experiments/NAME)")
+    parser.add_argument("--html", type=Path, default=None,
+                        help="also write megha inspect's HTML report of every run")
+    simulate.add_arguments(parser)
+    for action in parser._actions:  # the cluster's defaults depend on the experiment
+        if action.dest in ("gms", "lms"):
+            action.default = None
+
+
+def _runs(name: str, values: list[str]) -> list[tuple[str, dict]]:
+    """(run name, what changes from the base) for each value."""
+    runs = []
+    for value in values:
+        try:
+            if name == "baselines":
+                if value not in simulate.SCHEDULERS:
+                    raise ValueError
+                runs.append((value, {"scheduler": value}))
+            elif name == "cluster-size":
+                runs.append((f"{int(value)}-nodes", {"nodes": int(value)}))
+            elif name == "gms-lms":
+                gms, lms = (int(part) for part in value.lower().split("x"))
+                runs.append((f"{gms}gm-{lms}lm", {"gms": gms, "lms": lms}))
+            else:
+                runs.append((f"heartbeat-{float(value):g}s", {"heartbeat": float(value)}))
+        except ValueError:
+            raise InvalidInput("--values", f"{value!r} is not one of the {EXPERIMENTS[name][0]} "
+                                           f"{name} sweeps") from None
+    return runs
+
+
+def run(args: argparse.Namespace) -> int:
+    what, default_values, cluster_defaults = EXPERIMENTS[args.experiment]
+    if args.config is not None:
+        raise InvalidInput("--config", "experiments generate their clusters: use --nodes, "
+                                       "--gms, --lms")
+    if args.trace is None and args.alibaba is None and args.poisson is None:
+        args.trace = BUNDLED_TRACE
+        args.slots = True  # the bundled trace has no requests: Sparrow's slot model
+    simulate.check_slot_options(args)
+    base = {"nodes": args.nodes, "gms": args.gms, "lms": args.lms, "heartbeat": args.heartbeat,
+            "scheduler": args.scheduler}
+    for key, value in cluster_defaults.items():
+        if base[key] is None:
+            base[key] = value
+    base["gms"] = base["gms"] or 4
+    base["lms"] = base["lms"] or 25
+    out = args.out or Path("experiments") / args.experiment
+    out.mkdir(parents=True, exist_ok=True)
+    reports = []
+    for name, change in _runs(args.experiment, (args.values or default_values).split(",")):
+        shape = base | change
+        gms, lms = (1, 1) if shape["scheduler"] == "centralized" else (shape["gms"], shape["lms"])
+        heartbeat = 10.0 if shape["heartbeat"] is None else shape["heartbeat"]
+        federation = shaped_federation(
+            shape["nodes"], gms, lms, slots=args.slots, node=_node(args.node),
+            nodes_per_worker=args.nodes_per_worker, heartbeat_interval=heartbeat,
+            seed=args.seed)
+        where = f"{shape['nodes']} nodes, {gms} GMs, {lms} LMs, heartbeat {heartbeat:g} s"
+        log = None if args.no_log else out / f"{name}.log"
+        result = simulate.simulate_once(args, shape["scheduler"], federation, where, log, name)
+        reports.append(result | {"name": name, "shape": shape | {"gms": gms, "lms": lms}})
+    table = compare(reports)
+    (out / "results.json").write_text(json.dumps({"experiment": args.experiment,
+                                                  "runs": reports, "comparison": table},
+                                                 indent=1))
+    console = Console() if sys.stdout.isatty() else Console(width=140)
+    render_comparison(console, table)
+    with (out / "table.txt").open("w") as file:
+        render_comparison(Console(file=file, width=140), table)
+    if args.html is not None:
+        from inspection.html import write_html
+        from inspection.plots import write_plots
+
+        result = {"runs": reports, "comparison": table}
+        for report in reports:
+            report.setdefault("read", {"lines": 0, "events": 0, "malformed": 0, "examples": []})
+        write_html(result, write_plots(result, out / "plots"), args.html)
+        print(f"report in {args.html}")
+    print(f"results in {out}/ (results.json, table.txt"
+          f"{', one event log per run' if not args.no_log else ''})")
+    return 0
+
+
+def _node(text: str) -> tuple[int, int]:
+    try:
+        cpu, mem = (int(part) for part in text.split(","))
+    except ValueError:
+        raise InvalidInput("--node", f"expected CPU_M,MEM_MIB, got {text!r}") from None
+    return cpu, mem
