@@ -19,6 +19,7 @@ order for a slot: no information about load at all.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -92,6 +93,9 @@ class _SlotSimulation:
                 self.progress(now, self.ended, total)
         self.engine.stopped = self.ended >= total
         self.engine.run(report)
+        if self.ended < total:  # the agenda ran dry with work left: a bug, never a result
+            raise AssertionError(f"{self.name}: {total - self.ended} of {total} jobs never "
+                                 f"finished")
         if self.progress is not None:
             self.progress(self.engine.now, total, total)
         return self.ended
@@ -148,8 +152,13 @@ class SparrowSimulation(_SlotSimulation):
         self.probe_ratio = probe_ratio
 
     def _dispatch(self, job: _Job) -> None:
-        probes = min(len(self.nodes), round(self.probe_ratio * len(job.spec.tasks)))
-        for index in self.rng.sample(range(len(self.nodes)), probes):
+        # d x m probes on distinct nodes; a job wider than the cluster puts one on every node
+        # per round, and the rest on distinct random ones
+        probes = math.ceil(self.probe_ratio * len(job.spec.tasks))
+        rounds, rest = divmod(probes, len(self.nodes))
+        targets = list(range(len(self.nodes))) * rounds
+        targets += self.rng.sample(range(len(self.nodes)), rest)
+        for index in targets:
             self.engine.at(self.engine.now + self.delay(), self._probe, (self.nodes[index], job))
 
     def _probe(self, item: tuple[_Node, _Job]) -> None:
