@@ -14,9 +14,9 @@ briefly pessimistic, never optimistic, and the request's answer settles it.
 from __future__ import annotations
 
 from bisect import bisect_right
+from dataclasses import dataclass, field
 from itertools import compress
 from operator import ne
-from dataclasses import dataclass, field
 
 from bitarray import bitarray
 

@@ -36,6 +36,7 @@ from common.gm import GlobalMaster
 from common.messages import RequestKind
 from common.policies.fairness import dominant
 from common.reasons import Reason
+from common.startlog import gm_starting
 from common.wire import (
     CancelRequest,
     JobSubmission,
@@ -113,13 +114,7 @@ class GMService:
     # -- life ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        # the queues' configured shares and the policies: what `megha inspect` compares with
-        policies = self.federation.policies
-        self.log.emit("gm_starting", {
-            "gm": self.gm_id, "epoch": self.epoch, "users": self.users,
-            "shares": {q.name: q.share for q in self.federation.queues if q.gm == self.gm_id},
-            "policies": {"job": policies.job, "fairness": policies.fairness,
-                         "placement": policies.placement, "local_queue": policies.local_queue}})
+        self.log.emit("gm_starting", gm_starting(self.federation, self.gm_id, self.epoch))
         for stored in self.store.unfinished():
             sub = JobSubmission.model_validate_json(stored.body)
             job = job_from_wire(sub, stored.job_id, stored.arrival,

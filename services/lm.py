@@ -54,6 +54,7 @@ from common.commands import (
 from common.events import CancelRequested, DispatchFailed, Tick
 from common.federation import Federation
 from common.lm import LocalMaster
+from common.startlog import lm_capacity
 from common.wire import (
     CancelRequest,
     LaunchRequest,
@@ -122,6 +123,7 @@ class LMService:
             recovering=recovering)
         self.runner = CoreRunner(self.core, lm_id, self.log)
         self.gms = frozenset(federation.gms)
+        self.capacity = lm_capacity(federation, lm_id)  # logged at start, for megha inspect
         # every worker's address up front: a missing one is a deployment error, found now
         self.worker_urls = {worker: endpoints.url(worker) for worker in set(topology.workers)}
         self.broker = Broker(amqp_url, lm_id, events=self.log.emit)
@@ -168,10 +170,7 @@ class LMService:
         self.client = make_client()
         self.log.emit("lm_started", {
             "lm": self.lm_id, "epoch": self.core.epoch, "recovering": self.core.recovering,
-            "nodes": len(self.core.topology), "workers": sorted(self.worker_urls),
-            # the capacity `megha inspect` measures each user queue's share of the cluster by
-            "cpu_m": sum(node.capacity.cpu_m for node in self.core.topology.nodes),
-            "mem_mib": sum(node.capacity.mem_mib for node in self.core.topology.nodes)})
+            "workers": sorted(self.worker_urls)} | self.capacity)
         # not waiting for RabbitMQ: GMs and workers are served while it is away
         await self.broker.start(wait=False)
         self._spawn(self._drain_task_events(), "task-events")

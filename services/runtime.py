@@ -18,13 +18,8 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from common.commands import Log
+from common.startlog import TIMED_EVENTS
 from services.eventlog import EventLog
-
-# Events that carry `handle_s`, the time the core took over the event that produced them:
-# a task's processing time at the GM (placed), the LM (launched) and the worker (queued or
-# started). With the timestamps, which are taken after the core returns, they split a task's
-# allocation time into queuing, processing and communication (DESIGN section 5).
-TIMED_EVENTS = frozenset({"task_placed", "task_launched", "task_queued", "task_started"})
 
 
 class CoreRunner:

@@ -63,12 +63,11 @@ from common.lm import LocalMaster
 from common.models import JobSpec, TaskSpec
 from common.reasons import Reason
 from common.resources import Resources
+from common.startlog import TIMED_EVENTS, gm_starting, lm_capacity
 from common.worker import WorkerAgent
 from simulator.engine import DelayModel, Engine
 from simulator.eventlog import SimLog
 
-# the events whose log lines carry `handle_s`, as services/runtime.py's TIMED_EVENTS
-TIMED_EVENTS = frozenset({"task_placed", "task_launched", "task_queued", "task_started"})
 PROCESSING_MODELS = ("none", "measured")
 
 
@@ -297,21 +296,12 @@ class FederatedSimulation:
     # -- the log's first lines, as the services write them ------------------------------------
 
     def _log_start(self) -> None:
-        policies = self.federation.policies
         for gm in self.gms:
-            self.log.emit(0.0, gm, "gm_starting", {
-                "gm": gm, "epoch": 0,
-                "users": sorted(q.name for q in self.federation.queues if q.gm == gm),
-                "shares": {q.name: q.share for q in self.federation.queues if q.gm == gm},
-                "policies": {"job": policies.job, "fairness": policies.fairness,
-                             "placement": policies.placement,
-                             "local_queue": policies.local_queue}})
+            self.log.emit(0.0, gm, "gm_starting", gm_starting(self.federation, gm, 0))
         for lm in self.federation.lms:
             self.log.emit(0.0, lm.id, "lm_started", {
-                "lm": lm.id, "epoch": 0, "recovering": False, "nodes": len(lm.nodes),
-                "workers": list(lm.workers),
-                "cpu_m": sum(node.capacity.cpu_m for node in lm.nodes),
-                "mem_mib": sum(node.capacity.mem_mib for node in lm.nodes)})
+                "lm": lm.id, "epoch": 0, "recovering": False, "workers": list(lm.workers)}
+                | lm_capacity(self.federation, lm.id))
 
     # -- DESIGN section 4, at the end of a run --------------------------------------------------
 
