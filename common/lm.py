@@ -98,6 +98,9 @@ class LocalMaster:
         self.dispatch_timeout = 4 * worker_timeout if dispatch_timeout is None else dispatch_timeout
         self.next_heartbeat_at = now
         self.running: dict[str, RunningAttempt] = {}
+        # the same attempts as heartbeats list them, kept beside `running` so that a snapshot
+        # is one C-level copy: GMs get one with every reply and heartbeat
+        self._infos: dict[str, RunningInfo] = {}
         self._ended: OrderedDict[str, Reason] = OrderedDict()
         self._ended_memory = ended_memory
         self._worker_nodes: dict[str, list[int]] = {}
@@ -201,7 +204,8 @@ class LocalMaster:
     ) -> None:
         demand = item.task.demand
         self.state.take(i, demand.cpu_m, demand.mem_mib)
-        self.running[item.attempt_id] = RunningAttempt(item, i, logical, now)
+        self.running[item.attempt_id] = attempt = RunningAttempt(item, i, logical, now)
+        self._infos[item.attempt_id] = attempt.info()
         self._snapshot_cache = None
         self.log.record(now, stimulus_id, item.attempt_id, "new", "launched", item.node_id)
         if logical:
@@ -323,6 +327,7 @@ class LocalMaster:
     ) -> None:
         """Free an attempt's resources (a logical node goes back to its node's owner)."""
         attempt = self.running.pop(attempt_id)
+        del self._infos[attempt_id]
         demand = attempt.placement.task.demand
         self.state.give(attempt.node_index, demand.cpu_m, demand.mem_mib)
         self._snapshot_cache = None
@@ -397,7 +402,9 @@ class LocalMaster:
             return
         owner = self.topology.gms[self.topology.owner[i]]
         self.state.take(i, demand.cpu_m, demand.mem_mib)
-        self.running[item.attempt_id] = RunningAttempt(item, i, owner != item.gm, now, True, True)
+        self.running[item.attempt_id] = attempt = RunningAttempt(item, i, owner != item.gm, now,
+                                                                 True, True)
+        self._infos[item.attempt_id] = attempt.info()
         self._snapshot_cache = None
         self.log.record(now, stimulus_id, item.attempt_id, "unknown", "adopted", worker)
         commands.append(Log("attempt_adopted", self._fields(item)))
@@ -463,12 +470,14 @@ class LocalMaster:
                 free_cpu=tuple(self.state.free_cpu),
                 free_mem=tuple(self.state.free_mem),
                 up=frozenbitarray(self.state.up),
-                running=tuple(a.info() for a in self.running.values()),
+                running=tuple(self._infos.values()),
             )
         return self._snapshot_cache
 
     def validate(self) -> None:
         """DESIGN section 4: no node over-committed; free = capacity - what runs there."""
+        if self._infos.keys() != self.running.keys():
+            raise InvariantViolated(f"{self.lm}: heartbeat listing differs from running")
         used_cpu = [0] * len(self.topology)
         used_mem = [0] * len(self.topology)
         for attempt_id, attempt in self.running.items():

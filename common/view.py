@@ -16,7 +16,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import ne
+from operator import ne, or_
 
 from bitarray import bitarray
 
@@ -120,13 +120,13 @@ class FederationView:
         cost at 10,000 nodes (benchmarks/bench_sim.py).
         """
         new = slot.snapshot
-        count = len(new.free_cpu)
-        changed = set(compress(range(count), map(ne, previous.free_cpu, new.free_cpu)))
-        changed.update(compress(range(count), map(ne, previous.free_mem, new.free_mem)))
+        differs = map(or_, map(ne, previous.free_cpu, new.free_cpu),
+                      map(ne, previous.free_mem, new.free_mem))
+        changed = list(compress(range(len(new.free_cpu)), differs))
         if previous.up != new.up:
-            changed.update((previous.up ^ new.up).search(1))
+            changed = sorted(set(changed).union((previous.up ^ new.up).search(1)))
         if changed:
-            self.state.shift(slot.offset, sorted(changed), previous.free_cpu, new.free_cpu,
+            self.state.shift(slot.offset, changed, previous.free_cpu, new.free_cpu,
                              previous.free_mem, new.free_mem, new.up)
 
     def _relayout(self) -> None:
