@@ -78,6 +78,10 @@ def _runs(name: str, values: list[str]) -> list[tuple[str, dict]]:
 
 def run(args: argparse.Namespace) -> int:
     what, default_values, cluster_defaults = EXPERIMENTS[args.experiment]
+    for option in ("log", "results"):
+        if getattr(args, option) is not None:
+            raise InvalidInput(f"--{option}", "an experiment writes one log per run and "
+                                              "results.json into --out")
     if args.config is not None:
         raise InvalidInput("--config", "experiments generate their clusters: use --nodes, "
                                        "--gms, --lms")
