@@ -70,6 +70,26 @@ def _cdf(values, points: int = CDF_POINTS) -> dict:
     return {"x": x.round(6).tolist(), "y": y.round(4).tolist()}
 
 
+class _Groups:
+    """One figure's values overall, per user queue and per job-size class."""
+
+    def __init__(self) -> None:
+        self.overall: list[float] = []
+        self.by_user: dict[str, list[float]] = defaultdict(list)
+        self.by_size: dict[str, list[float]] = defaultdict(list)
+
+    def add(self, job: _Job, value: float) -> None:
+        self.overall.append(value)
+        self.by_user[job.user].append(value)
+        self.by_size[size_class(job.tasks)].append(value)
+
+    def figures(self) -> dict:
+        return {"overall": summary(self.overall), "cdf": _cdf(self.overall),
+                "by_user": {u: summary(v) for u, v in sorted(self.by_user.items())},
+                "by_size": {name: summary(self.by_size[name]) for _, name in SIZE_CLASSES
+                            if self.by_size.get(name)}}
+
+
 @dataclass(slots=True)
 class _Attempt:
     task: str = ""
@@ -141,9 +161,7 @@ class RunAnalysis:
         return first
 
     def _allocations(self) -> tuple[dict, list[tuple[float, ...]], int]:
-        overall: list[float] = []
-        by_user: dict[str, list[float]] = defaultdict(list)
-        by_size: dict[str, list[float]] = defaultdict(list)
+        groups = _Groups()
         parts: list[tuple[float, ...]] = []
         incomplete = 0
         for task, attempt in self._first_starts().items():
@@ -151,10 +169,7 @@ class RunAnalysis:
             if job is None or job.arrival is None:
                 incomplete += 1
                 continue
-            value = attempt.started - job.arrival
-            overall.append(value)
-            by_user[job.user].append(value)
-            by_size[size_class(job.tasks)].append(value)
+            groups.add(job, attempt.started - job.arrival)
             if None in (attempt.placed, attempt.launched, attempt.received):
                 incomplete += 1
                 continue
@@ -165,29 +180,18 @@ class RunAnalysis:
                           attempt.placed_h + attempt.launched_h + attempt.received_h,
                           (lm_in - attempt.placed) + (worker_in - attempt.launched),
                           attempt.started - attempt.received))
-        allocation = {"overall": summary(overall), "cdf": _cdf(overall),
-                      "by_user": {u: summary(v) for u, v in sorted(by_user.items())},
-                      "by_size": {name: summary(by_size[name]) for _, name in SIZE_CLASSES
-                                  if by_size.get(name)}}
-        return allocation, parts, incomplete
+        return groups.figures(), parts, incomplete
 
     def _jct(self) -> dict:
-        jct, slowdown = [], []
-        by_user: dict[str, list[float]] = defaultdict(list)
-        by_size: dict[str, list[float]] = defaultdict(list)
+        groups, slowdown = _Groups(), []
         for job in self.jobs.values():
             if job.done is None or job.arrival is None or job.failed:
                 continue
             value = job.done - job.arrival
-            jct.append(value)
-            by_user[job.user].append(value)
-            by_size[size_class(job.tasks)].append(value)
+            groups.add(job, value)
             if job.longest_task > 0:
                 slowdown.append(value / job.longest_task)
-        return {"overall": summary(jct), "cdf": _cdf(jct), "slowdown": summary(slowdown),
-                "by_user": {u: summary(v) for u, v in sorted(by_user.items())},
-                "by_size": {name: summary(by_size[name]) for _, name in SIZE_CLASSES
-                            if by_size.get(name)}}
+        return groups.figures() | {"slowdown": summary(slowdown)}
 
     def _counts(self) -> dict:
         jobs = self.jobs.values()

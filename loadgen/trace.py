@@ -46,7 +46,8 @@ class TraceRead:
     errors: list[str] = field(default_factory=list)  # the first KEPT_ERRORS skipped lines
 
 
-def _number(text: str, where: str, name: str) -> float:
+def number_field(text: str, where: str, name: str) -> float:
+    """A finite number >= 0, or an `InvalidInput` naming `where` and the field."""
     try:
         value = float(text)
     except ValueError:
@@ -62,18 +63,18 @@ def parse_line(text: str, where: str, line: int) -> TraceJob:
     if len(fields) < 3:
         raise InvalidInput(where, f"expected arrival, num_tasks, mean duration and one duration "
                                   f"per task; got {len(fields)} field(s)")
-    arrival = _number(fields[0], where, "arrival_time")
+    arrival = number_field(fields[0], where, "arrival_time")
     try:
         width = int(fields[1])
     except ValueError:
         raise InvalidInput(where, f"num_tasks is not an integer: {fields[1]!r}") from None
     if width < 1:
         raise InvalidInput(where, f"num_tasks must be at least 1, got {width}")
-    estimate = _number(fields[2], where, "mean_task_duration")
+    estimate = number_field(fields[2], where, "mean_task_duration")
     if len(fields) != 3 + width:
         raise InvalidInput(where, f"num_tasks says {width} but the line has "
                                   f"{len(fields) - 3} task duration(s)")
-    durations = tuple(_number(f, where, f"duration {k + 1}") for k, f in enumerate(fields[3:]))
+    durations = tuple(number_field(f, where, f"duration {k + 1}") for k, f in enumerate(fields[3:]))
     return TraceJob(line=line, arrival=arrival, estimate=estimate, durations=durations)
 
 

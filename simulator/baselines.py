@@ -110,6 +110,7 @@ class _SlotSimulation:
         self._dispatch(job)
 
     def _dispatch(self, job: _Job) -> None:
+        """Send an arrived job's tasks (or probes) towards nodes: each baseline's own."""
         raise NotImplementedError
 
     def _start(self, node: _Node, job: _Job, task: TaskSpec) -> None:
@@ -139,6 +140,7 @@ class _SlotSimulation:
             self.engine.stopped = self.ended >= len(self.jobs)
 
     def _next(self, node: _Node) -> None:
+        """Fill a node's free slots from its queue: each baseline's own."""
         raise NotImplementedError
 
 

@@ -81,17 +81,23 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
         return federation, path
     if args.config is not None:
         raise InvalidInput("--nodes", "give either --config or --nodes, not both")
-    try:
-        node = tuple(int(part) for part in args.node.split(","))
-    except ValueError:
-        node = ()
-    if len(node) != 2 or min(node) < 1:
-        raise InvalidInput("--node", f"expected CPU_M,MEM_MIB, got {args.node!r}")
+    node = parse_node(args.node)
     gms, lms = (1, 1) if centralized else (args.gms, args.lms)
     federation = shaped_federation(
         args.nodes, gms, lms, slots=args.slots, node=node, nodes_per_worker=args.nodes_per_worker,
         heartbeat_interval=10.0 if args.heartbeat is None else args.heartbeat, seed=args.seed)
     return federation, f"{args.nodes} nodes, {gms} GMs, {lms} LMs"
+
+
+def parse_node(text: str) -> tuple[int, int]:
+    """`--node CPU_M,MEM_MIB`."""
+    try:
+        cpu, mem = (int(part) for part in text.split(","))
+    except ValueError:
+        cpu = mem = 0
+    if min(cpu, mem) < 1:
+        raise InvalidInput("--node", f"expected CPU_M,MEM_MIB, got {text!r}")
+    return cpu, mem
 
 
 class _Bar:

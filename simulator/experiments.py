@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         gms, lms = (1, 1) if shape["scheduler"] == "centralized" else (shape["gms"], shape["lms"])
         heartbeat = 10.0 if shape["heartbeat"] is None else shape["heartbeat"]
         federation = shaped_federation(
-            shape["nodes"], gms, lms, slots=args.slots, node=_node(args.node),
+            shape["nodes"], gms, lms, slots=args.slots, node=simulate.parse_node(args.node),
             nodes_per_worker=args.nodes_per_worker, heartbeat_interval=heartbeat,
             seed=args.seed)
         where = f"{shape['nodes']} nodes, {gms} GMs, {lms} LMs, heartbeat {heartbeat:g} s"
@@ -132,10 +132,3 @@ def run(args: argparse.Namespace) -> int:
           f"{', one event log per run' if not args.no_log else ''})")
     return 0
 
-
-def _node(text: str) -> tuple[int, int]:
-    try:
-        cpu, mem = (int(part) for part in text.split(","))
-    except ValueError:
-        raise InvalidInput("--node", f"expected CPU_M,MEM_MIB, got {text!r}") from None
-    return cpu, mem
