@@ -18,7 +18,7 @@ stale copy per LM (its view), refreshed from snapshots.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bitarray import bitarray, frozenbitarray
 
@@ -227,10 +227,42 @@ class LMSnapshot:
     # Heartbeats list every running attempt; replies to launches leave it out (None), so a
     # reply costs O(nodes), not O(running tasks). Views keep the last list they were given.
     running: tuple[RunningInfo, ...] | None
+    # In-process hints, never on the wire (a decoded snapshot has neither): how far the LM's
+    # change journal had come, and `running`'s attempt ids grouped by GM.
+    changes: ChangeMark | None = field(default=None, compare=False, repr=False)
+    attempts_by_gm: dict[str, tuple[str, ...]] | None = field(default=None, compare=False,
+                                                              repr=False)
 
     @property
     def version(self) -> tuple[int, int]:
         return (self.epoch, self.seq)
+
+    def changed_since(self, earlier: LMSnapshot) -> Sequence[int] | None:
+        """Local indices of the nodes whose free resources or liveness may differ from
+        `earlier` (an older snapshot of the same LM), or None if only a comparison of
+        every node can tell."""
+        if self.changes is None or earlier.changes is None:
+            return None
+        return self.changes.since(earlier.changes)
+
+    def attempts_of(self, gm: str) -> Sequence[str]:
+        """The ids of `gm`'s attempts in `running`."""
+        if self.attempts_by_gm is not None:
+            return self.attempts_by_gm.get(gm, ())
+        return [info.attempt_id for info in self.running or () if info.gm == gm]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChangeMark:
+    """A position in an LM's change journal (`JournaledState.journal`)."""
+
+    journal: list[int]
+    end: int
+
+    def since(self, earlier: ChangeMark) -> Sequence[int] | None:
+        if earlier.journal is not self.journal or earlier.end > self.end:
+            return None  # another journal (rotated, or another incarnation): compare
+        return set(self.journal[earlier.end:self.end])
 
 
 class ClusterState:
@@ -356,3 +388,38 @@ class ClusterState:
                 if left < best_left:
                     best, best_left = i, left
         return best
+
+
+class JournaledState(ClusterState):
+    """An LM's state that notes every node it changes, in order, in an append-only journal
+    (an LM changes nodes only by `take`, `give` and `set_up`).
+
+    A snapshot carries a `ChangeMark` (how far the journal had come), so a GM holding an
+    older snapshot of the same LM finds the nodes changed since in O(changes) instead of
+    comparing every node: a GM takes a snapshot with every reply and heartbeat, and that
+    comparison was its largest cost at 10,000 nodes (benchmarks/bench_sim.py). When the
+    journal grows past `limit` entries a mark starts a new one; views holding a mark of the
+    old one compare once.
+    """
+
+    def __init__(self, topology: ClusterTopology, limit: int | None = None) -> None:
+        super().__init__(topology)
+        self.journal: list[int] = []
+        self.limit = 16 * len(topology) + 1024 if limit is None else limit
+
+    def take(self, i: int, cpu_m: int, mem_mib: int) -> None:
+        super().take(i, cpu_m, mem_mib)
+        self.journal.append(i)
+
+    def give(self, i: int, cpu_m: int, mem_mib: int) -> None:
+        super().give(i, cpu_m, mem_mib)
+        self.journal.append(i)
+
+    def set_up(self, i: int, is_up: bool) -> None:
+        super().set_up(i, is_up)
+        self.journal.append(i)
+
+    def mark(self) -> ChangeMark:
+        if len(self.journal) > self.limit:
+            self.journal = []
+        return ChangeMark(self.journal, len(self.journal))

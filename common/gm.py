@@ -108,6 +108,7 @@ class TaskRecord:
     started_at: float | None = None  # first start: the worker's clock, else when the GM heard
     launched_at: tuple[int, int] | None = None  # the LM's version when it took the attempt
     missing_since: float | None = None  # first heartbeat that no longer listed it
+    listed: tuple[str, str] | None = None  # (lm, attempt) under which `_live_on` holds it
 
 
 @dataclass(slots=True, eq=False)
@@ -741,12 +742,13 @@ class GlobalMaster:
         if new in _LAUNCHED_STATES:
             if old not in _LAUNCHED_STATES and task.lm is not None and task.live is not None:
                 self._live_on.setdefault(task.lm, {})[task.live] = task
+                task.listed = (task.lm, task.live)
         elif old in _LAUNCHED_STATES:
-            live = self._live_on.get(task.lm or "")
-            if live is not None:
-                live.pop(task.live or "", None)
-                for attempt_id in [a for a, t in live.items() if t is task]:
-                    del live[attempt_id]
+            # by where it was listed: a finish may come from an older attempt on another LM
+            if task.listed is not None:
+                lm, attempt_id = task.listed
+                self._live_on[lm].pop(attempt_id, None)
+                task.listed = None
             task.launched_at = task.missing_since = None
 
     def _move_job(self, job: JobRecord, new: JobState, stimulus_id: str, now: float) -> None:
@@ -815,6 +817,11 @@ class GlobalMaster:
     def _adopt_running(self, slot: LMSlot, stimulus_id: str, now: float,
                        commands: list[Command]) -> None:
         """Attempts this GM launched before a restart keep running: take them back."""
+        # the common case, checked in C: every attempt of this GM listed is one it tracks
+        listing = slot.snapshot
+        if listing.running is slot.running and all(
+                map(self._attempts.__contains__, listing.attempts_of(self.gm))):
+            return
         for info in slot.running:
             if info.gm != self.gm or info.attempt_id in self._attempts:
                 continue
@@ -834,11 +841,12 @@ class GlobalMaster:
         self._remove_waiting(task)
         if task.state is TaskState.HELD:
             self._move(task, TaskState.PENDING, Reason.NO_CAPACITY, stimulus_id, now)
+        # known before the move to LAUNCHED, which lists it for lease checks under them
+        task.live, task.lm, task.node = attempt_id, lm, node
+        self._attempts[attempt_id] = task
         self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, stimulus_id, now)
         self._move(task, TaskState.LAUNCHED, Reason.LAUNCHED, stimulus_id, now,
                    f"adopted {attempt_id} on {lm}/{node}")
-        task.live, task.lm, task.node = attempt_id, lm, node
-        self._attempts[attempt_id] = task
         self._set_pending(task.job, task.job.pending)
         commands.append(Log("attempt_adopted", {"attempt": attempt_id, "task": task.spec.task_id,
                                                 "job": task.job.spec.job_id, "gm": self.gm,
@@ -930,6 +938,15 @@ class GlobalMaster:
                 if placed and (task.live is None or self._attempts.get(task.live) is not task):
                     raise InvariantViolated(f"{self.gm}: {task.spec.task_id} is {task.state} "
                                             f"without a live attempt")
+                if task.state in _LAUNCHED_STATES and task.listed is None:
+                    raise InvariantViolated(f"{self.gm}: {task.spec.task_id} is {task.state} "
+                                            f"but not listed for lease checks")
+        for lm, live in self._live_on.items():
+            for attempt_id, task in live.items():
+                if task.listed != (lm, attempt_id) or task.state not in _LAUNCHED_STATES:
+                    raise InvariantViolated(f"{self.gm}: {task.spec.task_id} is listed as "
+                                            f"launched on {lm} as {attempt_id} while "
+                                            f"{task.state}")
         reserved = set(self.view.inflight)
         if not reserved <= set(self._requests):
             raise InvariantViolated(f"{self.gm}: reservations outlive their requests: "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from bitarray import frozenbitarray
 
-from common.cluster import ClusterState, ClusterTopology, LMSnapshot, RunningInfo
+from common.cluster import ClusterTopology, JournaledState, LMSnapshot, RunningInfo
 from common.commands import (
     Command,
     Log,
@@ -90,7 +90,7 @@ class LocalMaster:
     ) -> None:
         self.lm = topology.lm
         self.topology = topology
-        self.state = ClusterState(topology)
+        self.state = JournaledState(topology)
         self.epoch = epoch
         self.seq = 0
         self.heartbeat_interval = heartbeat_interval
@@ -99,8 +99,10 @@ class LocalMaster:
         self.next_heartbeat_at = now
         self.running: dict[str, RunningAttempt] = {}
         # the same attempts as heartbeats list them, kept beside `running` so that a snapshot
-        # is one C-level copy: GMs get one with every reply and heartbeat
+        # is one C-level copy: GMs get one with every reply and heartbeat; and their ids by
+        # GM, so that a GM checks its own attempts without scanning every other GM's
         self._infos: dict[str, RunningInfo] = {}
+        self._ids_by_gm: dict[str, dict[str, None]] = {}
         self._ended: OrderedDict[str, Reason] = OrderedDict()
         self._ended_memory = ended_memory
         self._worker_nodes: dict[str, list[int]] = {}
@@ -205,7 +207,7 @@ class LocalMaster:
         demand = item.task.demand
         self.state.take(i, demand.cpu_m, demand.mem_mib)
         self.running[item.attempt_id] = attempt = RunningAttempt(item, i, logical, now)
-        self._infos[item.attempt_id] = attempt.info()
+        self._list(attempt)
         self._snapshot_cache = None
         self.log.record(now, stimulus_id, item.attempt_id, "new", "launched", item.node_id)
         if logical:
@@ -327,7 +329,7 @@ class LocalMaster:
     ) -> None:
         """Free an attempt's resources (a logical node goes back to its node's owner)."""
         attempt = self.running.pop(attempt_id)
-        del self._infos[attempt_id]
+        self._unlist(attempt)
         demand = attempt.placement.task.demand
         self.state.give(attempt.node_index, demand.cpu_m, demand.mem_mib)
         self._snapshot_cache = None
@@ -404,7 +406,7 @@ class LocalMaster:
         self.state.take(i, demand.cpu_m, demand.mem_mib)
         self.running[item.attempt_id] = attempt = RunningAttempt(item, i, owner != item.gm, now,
                                                                  True, True)
-        self._infos[item.attempt_id] = attempt.info()
+        self._list(attempt)
         self._snapshot_cache = None
         self.log.record(now, stimulus_id, item.attempt_id, "unknown", "adopted", worker)
         commands.append(Log("attempt_adopted", self._fields(item)))
@@ -456,7 +458,7 @@ class LocalMaster:
         self.seq += 1
         return LMSnapshot(self.lm, self.epoch, self.seq, self.topology,
                           tuple(self.state.free_cpu), tuple(self.state.free_mem),
-                          frozenbitarray(self.state.up), None)
+                          frozenbitarray(self.state.up), None, self.state.mark())
 
     def snapshot(self) -> LMSnapshot:
         """The full partition state; cached until something changes, so idle is cheap."""
@@ -471,6 +473,8 @@ class LocalMaster:
                 free_mem=tuple(self.state.free_mem),
                 up=frozenbitarray(self.state.up),
                 running=tuple(self._infos.values()),
+                changes=self.state.mark(),
+                attempts_by_gm={gm: tuple(ids) for gm, ids in self._ids_by_gm.items()},
             )
         return self._snapshot_cache
 
@@ -478,6 +482,11 @@ class LocalMaster:
         """DESIGN section 4: no node over-committed; free = capacity - what runs there."""
         if self._infos.keys() != self.running.keys():
             raise InvariantViolated(f"{self.lm}: heartbeat listing differs from running")
+        by_gm: dict[str, set[str]] = {}
+        for attempt_id, info in self._infos.items():
+            by_gm.setdefault(info.gm, set()).add(attempt_id)
+        if by_gm != {gm: set(ids) for gm, ids in self._ids_by_gm.items() if ids}:
+            raise InvariantViolated(f"{self.lm}: attempt ids by GM differ from running")
         used_cpu = [0] * len(self.topology)
         used_mem = [0] * len(self.topology)
         for attempt_id, attempt in self.running.items():
@@ -496,6 +505,14 @@ class LocalMaster:
                 raise InvariantViolated(f"{self.lm}: node {node_id} is down but runs tasks")
 
     # -- helpers -----------------------------------------------------------------------------------
+
+    def _list(self, attempt: RunningAttempt) -> None:
+        info = self._infos[attempt.placement.attempt_id] = attempt.info()
+        self._ids_by_gm.setdefault(info.gm, {})[info.attempt_id] = None
+
+    def _unlist(self, attempt: RunningAttempt) -> None:
+        info = self._infos.pop(attempt.placement.attempt_id)
+        del self._ids_by_gm[info.gm][info.attempt_id]
 
     def _task_event(
         self, attempt: RunningAttempt, kind: Reason, *, runtime: float | None = None,

@@ -114,17 +114,18 @@ class FederationView:
 
         The state of this LM's nodes is the last snapshot minus the reservations in flight
         (`reserve` and `release` keep it so), so the new state is the old one plus the
-        snapshot's change on each node: reservations need no re-applying. Finding the
-        changed nodes runs in C (`map`, `compress`); a GM takes a snapshot with every LM
-        reply and heartbeat, and re-deriving every node's availability was its largest
-        cost at 10,000 nodes (benchmarks/bench_sim.py).
+        snapshot's change on each node: reservations need no re-applying. The snapshot says
+        which nodes changed when it comes from the same process (the LM's change journal);
+        one decoded from the wire is compared node by node, in C (`map`, `compress`).
         """
         new = slot.snapshot
-        differs = map(or_, map(ne, previous.free_cpu, new.free_cpu),
-                      map(ne, previous.free_mem, new.free_mem))
-        changed = list(compress(range(len(new.free_cpu)), differs))
-        if previous.up != new.up:
-            changed = sorted(set(changed).union((previous.up ^ new.up).search(1)))
+        changed = new.changed_since(previous)
+        if changed is None:
+            differs = map(or_, map(ne, previous.free_cpu, new.free_cpu),
+                          map(ne, previous.free_mem, new.free_mem))
+            changed = list(compress(range(len(new.free_cpu)), differs))
+            if previous.up != new.up:
+                changed = set(changed).union((previous.up ^ new.up).search(1))
         if changed:
             self.state.shift(slot.offset, changed, previous.free_cpu, new.free_cpu,
                              previous.free_mem, new.free_mem, new.up)

@@ -8,6 +8,7 @@ scheduled, so a run is a pure function of its inputs and seed.
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,15 +47,14 @@ class Engine:
     def __init__(self) -> None:
         self.now = 0.0
         self._agenda: list[tuple[float, int, Callable, object]] = []
-        self._seq = 0
+        self._seq = itertools.count(1)
         self.steps = 0
         self.stopped = False  # set by whoever knows the run is over
 
     def at(self, time: float, action: Callable[[object], None], argument: object = None) -> None:
         if time < self.now:
             raise InvalidInput("time", f"cannot schedule at {time} before now ({self.now})")
-        self._seq += 1
-        heapq.heappush(self._agenda, (time, self._seq, action, argument))
+        heapq.heappush(self._agenda, (time, next(self._seq), action, argument))
 
     def run(self, progress: Callable[[float], None] | None = None,
             progress_every: int = 50_000) -> None:

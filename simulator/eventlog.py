@@ -27,9 +27,8 @@ class SimLog:
         self.events = 0
 
     def emit(self, ts: float, svc: str, event: str, fields: dict | None = None) -> None:
-        record = {"ts": ts, "svc": svc, "event": event}
-        if fields:
-            record.update(fields)
+        record = {"ts": ts, "svc": svc, "event": event, **fields} if fields else {
+            "ts": ts, "svc": svc, "event": event}
         self.events += 1
         self.analysis.feed(record)
         if self._file is not None:

@@ -204,17 +204,15 @@ class FederatedSimulation:
             commands = actor.core.handle(event, now)
             took = 0.0
         done = now + took
+        routes = self._routes
         for command in commands:
-            self._route(actor, command, done, took)
+            route = routes.get(type(command))
+            if route is None:
+                raise InvariantBroken(f"{actor.svc}: no route for {command!r}")
+            route(actor, command, done, took)
 
     def _send(self, actor: _Actor, event, at: float) -> None:
         self.engine.at(at + self.delay(), self._deliver, (actor, event))
-
-    def _route(self, source: _Actor, command, at: float, took: float) -> None:
-        route = self._routes.get(type(command))
-        if route is None:
-            raise InvariantBroken(f"{source.svc}: no route for {command!r}")
-        route(source, command, at, took)
 
     # one method per command: what the services do with it, one delay later
 
