@@ -24,6 +24,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from common.commands import (
     JobEnded,
@@ -80,6 +81,7 @@ class _Actor:
     svc: str
     core: object
     busy_until: float = 0.0
+    receive: Callable[[object], None] | None = None  # an event's delivery to this actor
 
 
 @dataclass(slots=True)
@@ -135,6 +137,8 @@ class FederatedSimulation:
                         RunTask: self._run_task, KillTask: self._kill, ReportToLM: self._report,
                         JobEnded: self._job_ended}
         self._finished_reports = 0
+        for actor in (*self.gms.values(), *self.lms.values(), *self.workers.values()):
+            actor.receive = partial(self._deliver, actor)  # the agenda's action: no tuples
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -186,10 +190,9 @@ class FederatedSimulation:
 
     # -- one event at one service --------------------------------------------------------------
 
-    def _deliver(self, item: tuple[_Actor, object]) -> None:
-        actor, event = item
+    def _deliver(self, actor: _Actor, event) -> None:
         if self.measured and actor.busy_until > self.engine.now:
-            self.engine.at(actor.busy_until, self._deliver, item)  # waits its turn, in order
+            self.engine.at(actor.busy_until, actor.receive, event)  # waits its turn, in order
             return
         self._handle(actor, event)
 
@@ -212,7 +215,7 @@ class FederatedSimulation:
             route(actor, command, done, took)
 
     def _send(self, actor: _Actor, event, at: float) -> None:
-        self.engine.at(at + self.delay(), self._deliver, (actor, event))
+        self.engine.at(at + self.delay(), actor.receive, event)
 
     # one method per command: what the services do with it, one delay later
 
@@ -289,7 +292,7 @@ class FederatedSimulation:
         worker, task, duration = running
         completions = self.outcome.completions
         completions[task] = completions.get(task, 0) + 1
-        self._deliver((worker, TaskRunEnded(f"ran:{attempt}", attempt, duration)))
+        self._deliver(worker, TaskRunEnded(f"ran:{attempt}", attempt, duration))
 
     # -- the log's first lines, as the services write them ------------------------------------
 
