@@ -223,13 +223,18 @@ class RunAnalysis:
         if not changes or capacity <= 0:
             return result | {"mean_share": {}, "series": {"t": [], "users": {}}}
         changes.sort()
-        users = sorted({user for _, user, _ in changes} | set(self.shares))
+        by_user: dict[str, tuple[list[float], list[int]]] = {
+            user: ([], []) for user in self.shares}
+        for t, user, d in changes:
+            times, deltas = by_user.setdefault(user, ([], []))
+            times.append(t)
+            deltas.append(d)
         start, end = changes[0][0], changes[-1][0]
         grid = np.linspace(start, end, SERIES_POINTS) if end > start else np.array([start])
         series, mean = {}, {}
-        for user in users:
-            times = np.array([t for t, u, _ in changes if u == user] or [start])
-            steps = np.cumsum([d for _, u, d in changes if u == user] or [0])
+        for user in sorted(by_user):
+            times = np.array(by_user[user][0] or [start])
+            steps = np.cumsum(by_user[user][1] or [0])
             # the cpu the user holds at each grid time: the last change at or before it
             held = np.where(np.searchsorted(times, grid, side="right") > 0,
                             steps[np.maximum(np.searchsorted(times, grid, side="right") - 1,

@@ -344,10 +344,11 @@ def job_specs(replay_jobs, slot: tuple[int, int] | None = None) -> list[JobSpec]
     """The workload tools' jobs as the core's: task ids `{job}/{i}`; in slot mode every task
     asks for exactly one node's `slot`."""
     specs = []
+    one_slot = Resources(*slot) if slot else None  # immutable: every task may share it
     for job in replay_jobs:
         tasks = tuple(
             TaskSpec(f"{job.job_id}/{i}", job.job_id,
-                     Resources(*slot) if slot else Resources(t.cpu_m, t.mem_mib),
+                     one_slot or Resources(t.cpu_m, t.mem_mib),
                      frozenset(t.constraints), t.duration)
             for i, t in enumerate(job.tasks))
         specs.append(JobSpec(job.job_id, job.user, tasks, job.arrival, job.weight,
