@@ -66,6 +66,23 @@ def test_a_task_waiting_for_a_slot_starts_after_the_next_heartbeat_shows_it_free
     assert breakdown["mean_s"]["worker_queuing"] == 0
 
 
+def test_measured_processing_adds_each_cores_cpu_time_to_the_two_delays():
+    # Each service is a single server that takes its core's measured CPU time: a start comes
+    # later than the two delays by at least the three handles (GM, LM, worker) on its way,
+    # and the breakdown's processing part is exactly what the log's handle_s fields sum to.
+    _, log = federated(8, [job("a", 1.0, [5.0] * 4), job("b", 1.0, [5.0] * 4)],
+                       processing="measured")
+    breakdown = log.report()["breakdown"]
+    processing = breakdown["mean_s"]["processing"]
+    assert breakdown["tasks"] == 8 and processing > 0
+    for started in starts(log).values():
+        assert started > 1.0 + 2 * D
+    # two delays, plus any wait for a service busy with an earlier message
+    assert breakdown["mean_s"]["communication"] >= 2 * D - 1e-12
+    allocation = log.report()["allocation"]["overall"]["mean"]
+    assert allocation == pytest.approx(sum(breakdown["mean_s"].values()))
+
+
 def test_sparrow_takes_three_delays_probe_request_answer():
     federation = shaped_federation(4, 1, 1, slots=True)
     log = SimLog("sparrow")
