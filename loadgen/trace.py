@@ -57,6 +57,17 @@ def number_field(text: str, where: str, name: str) -> float:
     return value
 
 
+def integer_field(text: str, where: str, name: str, minimum: int) -> int:
+    """An integer >= `minimum`, or an `InvalidInput` naming `where` and the field."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidInput(where, f"{name} is not an integer: {text!r}") from None
+    if value < minimum:
+        raise InvalidInput(where, f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
 def parse_line(text: str, where: str, line: int) -> TraceJob:
     """One trace line as a job; `where` (`file:line`) names it in errors."""
     fields = text.split()
@@ -64,12 +75,7 @@ def parse_line(text: str, where: str, line: int) -> TraceJob:
         raise InvalidInput(where, f"expected arrival, num_tasks, mean duration and one duration "
                                   f"per task; got {len(fields)} field(s)")
     arrival = number_field(fields[0], where, "arrival_time")
-    try:
-        width = int(fields[1])
-    except ValueError:
-        raise InvalidInput(where, f"num_tasks is not an integer: {fields[1]!r}") from None
-    if width < 1:
-        raise InvalidInput(where, f"num_tasks must be at least 1, got {width}")
+    width = integer_field(fields[1], where, "num_tasks", 1)
     estimate = number_field(fields[2], where, "mean_task_duration")
     if len(fields) != 3 + width:
         raise InvalidInput(where, f"num_tasks says {width} but the line has "
