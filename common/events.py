@@ -71,6 +71,15 @@ class TaskEventReceived:
     event: TaskEvent
 
 
+@dataclass(frozen=True, slots=True)
+class TaskEventsReceived:
+    """Several task events at once (one broker message), applied in order before one
+    scheduling pass."""
+
+    stimulus_id: str
+    events: tuple[TaskEvent, ...]
+
+
 # --- LM inputs -------------------------------------------------------------------------------
 
 

@@ -13,12 +13,17 @@ Shape of the file (every key is optional unless marked required)::
     gms = ["gm-1", "gm-2"]         # required, at least one
 
     [timing]                       # seconds, all positive
-    heartbeat_interval = 1.0       # LM -> GMs partition state
+    heartbeat_interval = 1.0       # LM -> GMs partition state, while it changes
+    heartbeat_keepalive = 2.0      # ... and while it does not, at least this often
     worker_heartbeat_interval = 1.0
     worker_timeout = 3.0           # a worker silent this long has its nodes marked down
     lm_timeout = 5.0               # an LM silent this long is left out of a GM's searches
     attempt_grace = 3.0
-    tick_interval = 0.1
+    tick_interval = 0.25
+
+    [limits]                       # the bounds of the queues between components
+    gm_backlog_tasks = 5000        # a GM answers 429 to new jobs while this many tasks wait
+    lm_requests_in_flight = 1      # per GM and LM; placements meanwhile join the next batch
 
     [policies]
     job = "fifo"                   # or "slearn"
@@ -123,11 +128,26 @@ class Timing:
     worker_timeout: float = 3.0  # three missed worker heartbeats: its nodes are down
     lm_timeout: float = 5.0  # a GM leaves an LM this silent out of its searches
     attempt_grace: float = 3.0  # see GMConfig.attempt_grace
-    tick_interval: float = 0.1  # how often a service feeds its core a Tick
+    # how often a service feeds its core a Tick: the resolution of its timeouts and of the
+    # LM's heartbeat; every wake-up costs an idle service CPU, so not finer than needed
+    tick_interval: float = 0.25
+    # An LM whose state has not changed repeats its heartbeat only this often (None: every
+    # interval): GMs still hear it is alive, and an idle testbed does not pay for identical
+    # snapshots. Between heartbeat_interval and lm_timeout.
+    heartbeat_keepalive: float | None = None
 
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:
-            _positive_number(getattr(self, name), f"timing.{name}")
+            if getattr(self, name) is not None:
+                _positive_number(getattr(self, name), f"timing.{name}")
+        keepalive = self.heartbeat_keepalive
+        if keepalive is not None and not (
+                self.heartbeat_interval <= keepalive < self.lm_timeout):
+            raise InvalidInput(
+                "timing.heartbeat_keepalive",
+                f"must be at least heartbeat_interval ({self.heartbeat_interval}) and less than "
+                f"lm_timeout ({self.lm_timeout}), got {keepalive}",
+            )
         # A timeout shorter than the interval it waits on would declare healthy peers dead
         # between two heartbeats.
         if self.worker_timeout <= self.worker_heartbeat_interval:
@@ -183,6 +203,21 @@ class Policies:
 
 
 @dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on the queues between components (docs/queues.md lists every queue)."""
+
+    # A GM accepts a job only while fewer tasks than this wait in it (pending, held, or
+    # accepted and not yet taken from its broker queue); past it, 429 with Retry-After.
+    gm_backlog_tasks: int = 5000
+    # Requests one GM keeps in flight to one LM; placements made meanwhile join the next.
+    lm_requests_in_flight: int = 1
+
+    def __post_init__(self) -> None:
+        _int(self.gm_backlog_tasks, "limits.gm_backlog_tasks", minimum=1)
+        _int(self.lm_requests_in_flight, "limits.lm_requests_in_flight", minimum=1)
+
+
+@dataclass(frozen=True, slots=True)
 class LMConfig:
     id: str
     nodes: tuple[NodeSpec, ...]
@@ -205,6 +240,7 @@ class Federation:
     queues: tuple[UserQueue, ...]
     timing: Timing = field(default_factory=Timing)
     policies: Policies = field(default_factory=Policies)
+    limits: Limits = field(default_factory=Limits)
     num_constraints: int = DEFAULT_NUM_CONSTRAINTS
     seed: int = 0
     # Lookups built once; the topologies (bit-vectors) are built on first use, because an LM
@@ -349,6 +385,7 @@ class Federation:
             attempt_grace=self.timing.attempt_grace,
             num_constraints=self.num_constraints,
             epoch=epoch,
+            lm_window=self.limits.lm_requests_in_flight,
             # Each GM its own stream (pilot choices), still fixed by the file's seed.
             seed=derived_seed(self.seed, "gm", gm_id),
         )
@@ -373,7 +410,8 @@ class Federation:
 
 # -- parsing -----------------------------------------------------------------------------------
 
-_TOP_KEYS = ("seed", "num_constraints", "gms", "timing", "policies", "queues", "lms")
+_TOP_KEYS = ("seed", "num_constraints", "gms", "timing", "limits", "policies", "queues",
+             "lms")
 _POLICY_KEYS = ("job", "fairness", "placement", "local_queue", "work_conserving", "slearn")
 _QUEUE_KEYS = ("name", "share", "gm")
 _LM_KEYS = ("id", "nodes")
@@ -397,6 +435,9 @@ def load_federation(text: str, source: str = "<text>") -> Federation:
     timing_table = _table(document.get("timing", {}), "timing")
     _check_keys(timing_table, "timing", Timing.__dataclass_fields__)
     timing = Timing(**timing_table)
+    limits_table = _table(document.get("limits", {}), "limits")
+    _check_keys(limits_table, "limits", Limits.__dataclass_fields__)
+    limits = Limits(**limits_table)
     policies = _parse_policies(_table(document.get("policies", {}), "policies"))
     queues = tuple(
         _parse_queue(_table(item, f"queues[{i}]"), f"queues[{i}]")
@@ -412,6 +453,7 @@ def load_federation(text: str, source: str = "<text>") -> Federation:
         queues=queues,
         timing=timing,
         policies=policies,
+        limits=limits,
         num_constraints=num_constraints,
         seed=seed,
     )

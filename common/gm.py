@@ -16,13 +16,14 @@ without ever counting a task twice.
 from __future__ import annotations
 
 import random
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
-from common.cluster import ClusterTopology
+from common.blocked import BlockedDemands
+from common.cluster import ClusterTopology, RunningInfo
 from common.commands import (
     Command,
     JobEnded,
@@ -31,6 +32,7 @@ from common.commands import (
     SendLaunch,
     SendPreempt,
 )
+from common.dispatch import LMRequest, RequestWindow
 from common.errors import InvalidInput, InvariantViolated
 from common.events import (
     HeartbeatReceived,
@@ -38,6 +40,7 @@ from common.events import (
     LMReplied,
     LMRequestFailed,
     TaskEventReceived,
+    TaskEventsReceived,
     Tick,
 )
 from common.lifecycle import (
@@ -54,11 +57,11 @@ from common.policies.fairness import (
     UserQueue,
     choose_victims,
     make_fairness_policy,
-    queue_usage,
 )
 from common.policies.job import JobProgress, make_job_policy
 from common.reasons import Reason
 from common.story import TransitionLog
+from common.usage import PendingPreemption, estimate_usage
 from common.view import FederationView, LMSlot
 
 
@@ -80,11 +83,14 @@ class GMConfig:
     num_constraints: int = DEFAULT_NUM_CONSTRAINTS
     epoch: int = 0  # incarnation: attempt ids of a restarted GM never collide
     seed: int = 0
+    # requests in flight to one LM: placements made meanwhile join the next batch
+    lm_window: int = 1
 
 
 _PLACEMENT_COUNTER = {kind: f"placements_total.{kind}" for kind in RequestKind}
 _KIND_NAME = {kind: str(kind) for kind in RequestKind}
 _LAUNCHED_STATES = frozenset({TaskState.LAUNCHED, TaskState.RUNNING})
+_WAITING_STATES = frozenset({TaskState.PENDING, TaskState.HELD})
 
 
 # -- the GM's records --------------------------------------------------------------------------
@@ -124,27 +130,6 @@ class JobRecord:
     finished_at: float | None = None
 
 
-@dataclass(slots=True)
-class InflightRequest:
-    lm: str
-    attempts: list[str]
-
-
-@dataclass(slots=True)
-class PendingPreemption:
-    """A preemption this GM asked for, until the LM's next heartbeat shows its outcome.
-
-    Until then its victims stay claimed (the view's running list still shows them, so
-    without the claim the GM would name them again) and its effect on the queues' usage is
-    added to what the last heartbeats say (so a burst of decisions cannot overshoot).
-    """
-
-    lm: str
-    victims: tuple[str, ...]
-    usage_change: dict[str, tuple[float, float]]
-    answered: bool = False
-
-
 # -- the state machine --------------------------------------------------------------------------
 
 
@@ -170,11 +155,14 @@ class GlobalMaster:
         self._federation: ClusterTopology | None = None
         self._federation_key: tuple = ()
         self.jobs: dict[str, JobRecord] = {}
-        self._ended_jobs: OrderedDict[str, None] = OrderedDict()
+        # ended jobs in the order they ended; the first is number `_ended_base` (a feed for
+        # clients: `ended_since`), the oldest forgotten past `ended_jobs_kept`
+        self._ended_jobs: deque[str] = deque()
+        self._ended_base = 1
         self._ended_jobs_kept = ended_jobs_kept
         self._tasks: dict[str, TaskRecord] = {}
         self._attempts: dict[str, TaskRecord] = {}  # every unfinished task's attempts
-        self._requests: dict[str, InflightRequest] = {}
+        self._requests = RequestWindow(self.gm, config.epoch, config.lm_window)
         self._order: SortedList = SortedList()  # (key, job id) of jobs with pending tasks
         self._held_jobs: dict[str, JobRecord] = {}  # jobs with held tasks, in arrival order
         self._orphans: dict[str, tuple[str, str, str]] = {}  # task id -> (attempt, lm, node)
@@ -182,12 +170,11 @@ class GlobalMaster:
         self._live_on: dict[str, dict[str, TaskRecord]] = {}  # lm -> launched attempts there
         self._oldest_launch: dict[str, int] = {}  # lm -> the oldest LM epoch launched under
         self._job_seq = 0
-        self._request_seq = 0
         self._rr_internal = 0
         self._rr_external = 0
-        self._view_generation = 0  # bumps when any view may have gained room
-        self._failed_shapes: dict[tuple, Reason] = {}
-        self._failed_generation = -1
+        self._blocked = BlockedDemands()  # what fits nowhere now, until capacity matches
+        self._pass_usage: Usage | None = None  # usage, computed once per pass if needed
+        self.waiting = 0  # pending and held tasks: the backlog a GM bounds (see services)
         self.counters: Counter[str] = Counter()
         self.log = TransitionLog(story_len)
         self._handlers: dict[type, Callable[..., list[Command]]] = {
@@ -196,6 +183,7 @@ class GlobalMaster:
             LMRequestFailed: self._on_request_failed,
             HeartbeatReceived: self._on_heartbeat,
             TaskEventReceived: self._on_task_event,
+            TaskEventsReceived: self._on_task_events,
             Tick: self._on_tick,
         }
 
@@ -204,6 +192,7 @@ class GlobalMaster:
     def handle(self, event, now: float) -> list[Command]:
         commands = self._handlers[type(event)](event, now)
         self._schedule(event.stimulus_id, now, commands)
+        self._dispatch(commands)
         return commands
 
     def story(self, *keys: str) -> list[dict]:
@@ -232,6 +221,8 @@ class GlobalMaster:
                 record.held.append(task)
             else:
                 record.pending.append(task)
+            self.waiting += 1
+            self._blocked.arrived((job.user, task.shape))
             self.log.record(now, event.stimulus_id, spec.task_id, "new", task.state)
         self.jobs[job.job_id] = record
         self.log.record(now, event.stimulus_id, job.job_id, "new", "pending",
@@ -320,35 +311,62 @@ class GlobalMaster:
     def _schedule(self, stimulus_id: str, now: float, commands: list[Command]) -> None:
         if not (self._order or self._held_jobs):
             return
-        if not self.view.any_reachable:
+        view = self.view
+        if not view.any_reachable:
             return
-        if self._failed_generation != self._view_generation:
-            self._failed_shapes.clear()
-            self._failed_generation = self._view_generation
-        batches: dict[tuple[str, RequestKind], str] = {}
+        blocked = self._blocked
+        blocked.wake_by_capacity(view.take_gained(), view.topology, view.state,
+                                 None if view.all_reachable else view.reachable)
+        if not blocked.dirty:
+            return  # nothing new waits, and nothing blocked could fit now
+        blocked.dirty = False
+        self._pass_usage = None
         for _, job_id in list(self._order):
             job = self.jobs[job_id]
             still = deque()
             for task in job.pending:
-                if not self._try_place(task, batches, stimulus_id, now, commands):
+                if not self._try_place(task, stimulus_id, now, commands):
                     still.append(task)
             self._set_pending(job, still)
         if self.config.work_conserving:
-            self._run_held(batches, stimulus_id, now, commands)
-        priorities: dict[str, float] = {}  # per job: the same for all its tasks in a pass
-        for (lm, kind), request_id in batches.items():
-            request = self._requests[request_id]
-            placements = tuple(self._placement_of(self._attempts[a], a, priorities)
-                               for a in request.attempts)
-            commands.append(SendLaunch(lm, request_id, kind, placements))
+            self._run_held(stimulus_id, now, commands)
 
-    def _run_held(self, batches, stimulus_id, now, commands) -> None:
+    def _dispatch(self, commands: list[Command]) -> None:
+        """Send what the request window lets out (placements already made joined their LM's
+        open batch); the rest leaves when an answer frees a place."""
+        if not self._requests.queued:
+            return
+        priorities: dict[str, float] = {}  # per job: the same for all its tasks at once
+        for request in self._requests.ready():
+            # while it waited its turn, a task may have ended (an older attempt finished,
+            # its job failed): what is no longer placing stays home
+            attempts = [a for a in request.attempts if self._is_placing(a)]
+            if not attempts:
+                self._requests.finished(request.request_id)
+                self.view.release(request.request_id)
+                self._preemptions.pop(request.request_id, None)
+                continue
+            placements = tuple(self._placement_of(self._attempts[a], a, priorities)
+                               for a in attempts)
+            if request.preempt:
+                victims = self._preemptions[request.request_id].victim_ids
+                commands.append(SendPreempt(request.lm, request.request_id, placements[0],
+                                            victims))
+            else:
+                commands.append(SendLaunch(request.lm, request.request_id, request.kind,
+                                           placements))
+
+    def _is_placing(self, attempt_id: str) -> bool:
+        task = self._attempts.get(attempt_id)
+        return task is not None and task.live == attempt_id and task.state is TaskState.PLACING
+
+    def _run_held(self, stimulus_id: str, now: float, commands: list[Command]) -> None:
         """Work conservation: held tasks may use what the eligible ones could not."""
         for job in list(self._held_jobs.values()):
             still = deque()
             for task in job.held:
                 if task.state is not TaskState.HELD or not self._try_place(
-                    task, batches, stimulus_id, now, commands, allow_preempt=False
+                    task, stimulus_id, now, commands, allow_preempt=False
                 ):
                     still.append(task)
             job.held = still
@@ -358,17 +376,16 @@ class GlobalMaster:
     def _try_place(
         self,
         task: TaskRecord,
-        batches: dict[tuple[str, RequestKind], str],
         stimulus_id: str,
         now: float,
         commands: list[Command],
         allow_preempt: bool = True,
     ) -> bool:
         spec = task.spec
-        shape = task.shape
-        failed = self._failed_shapes.get(shape)
-        if failed is not None:
-            task.reason = failed
+        demand = (task.job.spec.user, task.shape)
+        blocked = self._blocked.reason(demand)
+        if blocked is not None:
+            task.reason = blocked
             return False
         self.counters["decisions_total"] += 1
         kind = RequestKind.LAUNCH
@@ -377,15 +394,12 @@ class GlobalMaster:
             kind = RequestKind.REPARTITION
             slot, i = self._search(spec, internal=False)
         if slot is not None:
-            batch_key = (slot.lm, kind)
-            request_id = batches.get(batch_key)
-            if request_id is None:
-                request_id = batches[batch_key] = self._new_request(slot.lm)
-            self._launch(task, slot, i, request_id, kind, stimulus_id, now, commands)
+            request = self._requests.batch_for(slot.lm, kind)
+            self._launch(task, slot, i, request, stimulus_id, now, commands)
             return True
         if allow_preempt and self._try_preempt(task, stimulus_id, now, commands):
             return True
-        self._failed_shapes[shape] = Reason.NO_CAPACITY
+        self._blocked.block(demand, Reason.NO_CAPACITY)
         task.reason = Reason.NO_CAPACITY
         return False
 
@@ -403,20 +417,15 @@ class GlobalMaster:
             self._rr_external = k + 1
         return view.order[k], i
 
-    def _new_request(self, lm: str) -> str:
-        self._request_seq += 1
-        request_id = f"{self.gm}.{self.config.epoch}.{self._request_seq}"
-        self._requests[request_id] = InflightRequest(lm, [])
-        return request_id
-
     def _launch(
-        self, task: TaskRecord, slot: LMSlot, i: int, request_id: str, kind: RequestKind,
+        self, task: TaskRecord, slot: LMSlot, i: int, request: LMRequest,
         stimulus_id: str, now: float, commands: list[Command],
     ) -> None:
         demand = task.spec.demand
+        kind, request_id = request.kind, request.request_id
         self.view.reserve(request_id, slot, i, demand.cpu_m, demand.mem_mib)
         attempt_id = self._new_attempt(task)
-        self._requests[request_id].attempts.append(attempt_id)
+        request.attempts.append(attempt_id)
         task.lm, task.node = slot.lm, slot.topology.node_ids[i]
         self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, stimulus_id, now, task.node)
         self.counters[_PLACEMENT_COUNTER[kind]] += 1
@@ -448,14 +457,19 @@ class GlobalMaster:
 
     def _try_preempt(self, task: TaskRecord, stimulus_id: str, now: float,
                      commands: list[Command]) -> bool:
-        if self.config.fairness == "none":
+        if not self.fairness.preempts:
             return False
-        total_cpu, total_mem = self._federation_size()
-        usage = self.usage()
+        total_cpu, total_mem = self.view.capacity
+        usage = self._pass_usage
+        if usage is None:
+            usage = self._pass_usage = self.usage()
         spec = task.spec
         demand = (spec.demand.cpu_m / total_cpu, spec.demand.mem_mib / total_mem)
-        claimed = {v for p in self._preemptions.values() for v in p.victims}
-        for victim_queue in self.fairness.victim_queues(task.job.spec.user, usage, demand):
+        victim_queues = self.fairness.victim_queues(task.job.spec.user, usage, demand)
+        if not victim_queues:
+            return False
+        claimed = {v for p in self._preemptions.values() for v in p.victim_ids}
+        for victim_queue in victim_queues:
             for slot in self.view.order:
                 if not slot.reachable:
                     continue
@@ -463,36 +477,24 @@ class GlobalMaster:
                 if found is None:
                     continue
                 i, victims = found
-                freed = self._fractions(slot, i, victims)
-                if self.fairness.may_take(victim_queue, usage, freed):
-                    change = {task.job.spec.user: demand,
-                              victim_queue: (-freed[0], -freed[1])}
-                    self._preempt(task, slot, i, victims, change, stimulus_id, now, commands)
+                if self.fairness.may_take(victim_queue, usage, self._fractions(victims)):
+                    self._preempt(task, slot, i, victims, stimulus_id, now, commands)
+                    self._pass_usage = None  # the next decision sees this one
                     return True
         return False
 
     def usage(self) -> Usage:
         """Each queue's (cpu, memory) fractions of the federation as this GM sees them: the
-        LMs' last heartbeats plus the preemptions it asked for since."""
-        total_cpu, total_mem = self._federation_size()
-        usage = queue_usage(self.view.running(), total_cpu, total_mem)
-        for pending in self._preemptions.values():
-            for queue, (cpu, mem) in pending.usage_change.items():
-                used = usage.get(queue, (0.0, 0.0))
-                usage[queue] = (used[0] + cpu, used[1] + mem)
-        return usage
+        LMs' last heartbeats, adjusted by the preemptions it asked for that they do not show
+        yet (common/usage.py)."""
+        return estimate_usage(
+            ((slot.lm, slot.running, slot.running_ids()) for slot in self.view.order),
+            self._preemptions.values(), self.view.capacity)
 
-    def _federation_size(self) -> tuple[int, int]:
-        topology = self.view.topology
-        if topology is None:
-            return 1, 1
-        return sum(topology.cap_cpu) or 1, sum(topology.cap_mem) or 1
-
-    def _fractions(self, slot: LMSlot, i: int, victims: tuple[str, ...]) -> tuple[float, float]:
-        total_cpu, total_mem = self._federation_size()
-        chosen = [info for info in slot.running_on(i) if info.attempt_id in victims]
-        return (sum(info.cpu_m for info in chosen) / total_cpu,
-                sum(info.mem_mib for info in chosen) / total_mem)
+    def _fractions(self, victims: tuple[RunningInfo, ...]) -> tuple[float, float]:
+        total_cpu, total_mem = self.view.capacity
+        return (sum(info.cpu_m for info in victims) / total_cpu,
+                sum(info.mem_mib for info in victims) / total_mem)
 
     def _victims_in(self, slot: LMSlot, spec: TaskSpec, victim_queue: str, claimed: set[str]):
         free_cpu, free_mem, up = self.view.free_of(slot)
@@ -502,24 +504,26 @@ class GlobalMaster:
                           if info.user == victim_queue and info.attempt_id not in claimed]
             if not candidates:
                 continue
-            victims = choose_victims(candidates, free_cpu[i], free_mem[i],
-                                     spec.demand.cpu_m, spec.demand.mem_mib)
-            if victims is not None:
-                return i, victims
+            chosen = choose_victims(candidates, free_cpu[i], free_mem[i],
+                                    spec.demand.cpu_m, spec.demand.mem_mib)
+            if chosen is not None:
+                by_id = {info.attempt_id: info for info in candidates}
+                return i, tuple(by_id[attempt_id] for attempt_id in chosen)
         return None
 
-    def _preempt(self, task: TaskRecord, slot: LMSlot, i: int, victims: tuple[str, ...],
-                 usage_change: dict[str, tuple[float, float]], stimulus_id: str, now: float,
-                 commands: list[Command]) -> None:
-        request_id = self._new_request(slot.lm)
+    def _preempt(self, task: TaskRecord, slot: LMSlot, i: int, victims: tuple[RunningInfo, ...],
+                 stimulus_id: str, now: float, commands: list[Command]) -> None:
+        request = self._requests.single(slot.lm, RequestKind.LAUNCH)
+        request_id = request.request_id
         demand = task.spec.demand
         # Only the demand is reserved, not the victims' release: a reservation is re-applied
         # on every newer snapshot, and one taken after the LM stopped the victims would free
         # them twice (an optimistic view). Until the answer the node looks over-full instead.
         self.view.reserve(request_id, slot, i, demand.cpu_m, demand.mem_mib)
-        self._preemptions[request_id] = PendingPreemption(slot.lm, victims, usage_change)
         attempt_id = self._new_attempt(task)
-        self._requests[request_id].attempts.append(attempt_id)
+        self._preemptions[request_id] = PendingPreemption(
+            slot.lm, victims, task.job.spec.user, attempt_id, demand.cpu_m, demand.mem_mib)
+        request.attempts.append(attempt_id)
         task.lm, task.node = slot.lm, slot.topology.node_ids[i]
         self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, stimulus_id, now,
                    f"preempting {len(victims)} on {task.lm}/{task.node}")
@@ -527,20 +531,17 @@ class GlobalMaster:
         commands.append(Log("preemption_requested", {
             "attempt": attempt_id, "task": task.spec.task_id, "job": task.job.spec.job_id,
             "user": task.job.spec.user, "gm": self.gm, "lm": task.lm, "node": task.node,
-            "victims": list(victims), "request": request_id}))
-        commands.append(SendPreempt(slot.lm, request_id, self._placement_of(task, attempt_id),
-                                    victims))
+            "victims": [v.attempt_id for v in victims], "request": request_id}))
 
     # -- answers from LMs ------------------------------------------------------------------------
 
     def _on_reply(self, event: LMReplied, now: float) -> list[Command]:
         commands: list[Command] = []
-        request = self._requests.pop(event.request_id, None)
+        request = self._requests.finished(event.request_id)
         self.view.release(event.request_id)
         self.view.apply(event.snapshot, now)
-        self._view_generation += 1  # released reservations may have made room
-        self._preemption_answered(event.request_id)
         for result in event.results:
+            self._preemption_answered(event.request_id, result.accepted)
             task = self._attempts.get(result.attempt_id)
             if task is None or task.live != result.attempt_id:
                 continue
@@ -558,13 +559,12 @@ class GlobalMaster:
         return commands
 
     def _on_request_failed(self, event: LMRequestFailed, now: float) -> list[Command]:
-        request = self._requests.pop(event.request_id, None)
+        request = self._requests.finished(event.request_id)
         commands: list[Command] = []
         if request is None:
             return commands
-        self._preemption_answered(event.request_id)
+        self._preemption_answered(event.request_id, accepted=False)
         self.view.release(event.request_id)
-        self._view_generation += 1
         for attempt_id in request.attempts:
             task = self._attempts.get(attempt_id)
             # a start already reported means the LM did take it: nothing to retry
@@ -576,10 +576,11 @@ class GlobalMaster:
     def _on_heartbeat(self, event: HeartbeatReceived, now: float) -> list[Command]:
         commands: list[Command] = []
         if self.view.apply(event.snapshot, now):
-            self._view_generation += 1
             self._settle_preemptions(event.snapshot.lm)
             self._adopt_running(self.view.slots[event.snapshot.lm], event.stimulus_id, now,
                                 commands)
+            if event.snapshot.running is not None:
+                self._wake_preemptors()
         # an idle LM repeats the same snapshot: its running list still counts for leases
         self._check_leases(event.snapshot, event.stimulus_id, now, commands)
         return commands
@@ -622,10 +623,23 @@ class GlobalMaster:
         if oldest is None or version[0] < oldest:
             self._oldest_launch[lm] = version[0]
 
-    def _preemption_answered(self, request_id: str) -> None:
+    def _preemption_answered(self, request_id: str, accepted: bool) -> None:
+        """The next heartbeat of its LM settles it. A refused (or unanswered) one changed
+        nothing: it leaves the usage estimate at once, but its victims stay claimed until
+        that heartbeat, or the GM would name the same ones again from the same stale list."""
         pending = self._preemptions.get(request_id)
         if pending is not None:
             pending.answered = True
+            pending.refused = not accepted
+
+    def _wake_preemptors(self) -> None:
+        """New running lists or released claims: users whose queue may now take from
+        another look again at what they could not place."""
+        if not (self.fairness.preempts and len(self._blocked)):
+            return
+        usage = self.usage()
+        self._blocked.wake_users(user for user in self.own_queues
+                                 if self.fairness.victim_queues(user, usage))
 
     def _settle_preemptions(self, lm: str) -> None:
         """A heartbeat lists what really runs on `lm`: answered preemptions there are in it."""
@@ -640,13 +654,23 @@ class GlobalMaster:
     # -- task events --------------------------------------------------------------------------
 
     def _on_task_event(self, event: TaskEventReceived, now: float) -> list[Command]:
-        report = event.event
-        task = self._attempts.get(report.attempt_id)
         commands: list[Command] = []
+        self._apply_task_event(event.event, event.stimulus_id, now, commands)
+        return commands
+
+    def _on_task_events(self, event: TaskEventsReceived, now: float) -> list[Command]:
+        commands: list[Command] = []
+        for report in event.events:
+            self._apply_task_event(report, event.stimulus_id, now, commands)
+        return commands
+
+    def _apply_task_event(self, report: TaskEvent, stimulus_id: str, now: float,
+                          commands: list[Command]) -> None:
+        task = self._attempts.get(report.attempt_id)
         if task is None:
             commands.append(Log("task_event_ignored", {"attempt": report.attempt_id,
                                                        "kind": str(report.kind)}))
-            return commands
+            return
         if report.kind is Reason.STARTED:
             if task.live == report.attempt_id and task.state in (TaskState.PLACING,
                                                                  TaskState.LAUNCHED):
@@ -654,16 +678,15 @@ class GlobalMaster:
                     slot = self.view.slots.get(report.lm)
                     task.launched_at = slot.version if slot is not None else (-1, -1)
                     self._note_launch(report.lm, task.launched_at)
-                self._move(task, TaskState.RUNNING, Reason.STARTED, event.stimulus_id, now)
+                self._move(task, TaskState.RUNNING, Reason.STARTED, stimulus_id, now)
                 if task.started_at is None:  # allocation time counts the first start only
                     task.started_at = report.at if report.at is not None else now
                 if task.job.state is JobState.PENDING:
-                    self._move_job(task.job, JobState.RUNNING, event.stimulus_id, now)
+                    self._move_job(task.job, JobState.RUNNING, stimulus_id, now)
         elif report.kind is Reason.FINISHED:
-            self._finish(task, report, event.stimulus_id, now, commands)
+            self._finish(task, report, stimulus_id, now, commands)
         elif task.live == report.attempt_id:
-            self._attempt_ended(task, report, event.stimulus_id, now, commands)
-        return commands
+            self._attempt_ended(task, report, stimulus_id, now, commands)
 
     def _attempt_ended(self, task: TaskRecord, report: TaskEvent, stimulus_id: str,
                        now: float, commands: list[Command]) -> None:
@@ -715,6 +738,7 @@ class GlobalMaster:
             if held.state is TaskState.HELD:
                 self._move(held, TaskState.PENDING, Reason.NO_CAPACITY, stimulus_id, now,
                            "pilots measured")
+                self._blocked.arrived((job.spec.user, held.shape))
                 job.pending.append(held)
         job.held = deque()
         self._held_jobs.pop(job.spec.job_id, None)
@@ -725,6 +749,7 @@ class GlobalMaster:
                  commands: list[Command]) -> None:
         task.live = None
         self._move(task, TaskState.PENDING, why, stimulus_id, now)
+        self._blocked.arrived((task.job.spec.user, task.shape))
         task.job.pending.appendleft(task)
         self._requeue_job(task.job)
         self.counters[f"requeues_total.{why}"] += 1
@@ -739,6 +764,8 @@ class GlobalMaster:
             check_transition(TASK_TRANSITIONS, task.spec.task_id, old, new, self.log)
         self.log.record(now, stimulus_id, task.spec.task_id, old, new, detail or reason)
         task.state, task.reason = new, reason
+        if (old in _WAITING_STATES) != (new in _WAITING_STATES):
+            self.waiting += 1 if new in _WAITING_STATES else -1
         if new in _LAUNCHED_STATES:
             if old not in _LAUNCHED_STATES and task.lm is not None and task.live is not None:
                 self._live_on.setdefault(task.lm, {})[task.live] = task
@@ -807,9 +834,10 @@ class GlobalMaster:
                                     "tasks": len(job.tasks), "arrival": spec.arrival,
                                     "reason": job.reason}))
         commands.append(JobEnded(spec.job_id, spec.user, str(job.state), job.reason))
-        self._ended_jobs[spec.job_id] = None
+        self._ended_jobs.append(spec.job_id)
         if len(self._ended_jobs) > self._ended_jobs_kept:
-            old, _ = self._ended_jobs.popitem(last=False)
+            old = self._ended_jobs.popleft()
+            self._ended_base += 1
             self.jobs.pop(old, None)
 
     # -- recovery after a restart -----------------------------------------------------------------
@@ -907,14 +935,24 @@ class GlobalMaster:
             "of_which_internal": internal,
         }
 
+    def ended_since(self, after: int, limit: int) -> tuple[list[str], int]:
+        """Up to `limit` jobs that ended after the `after`-th (1 is the first to end), and the
+        number of the last one returned (`after` if none): a cursor for a client that follows
+        completions without asking about each job. Jobs forgotten already are skipped."""
+        start = max(after + 1, self._ended_base)
+        first = start - self._ended_base
+        ended = self._ended_jobs  # a deque indexes from its nearer end: clients read the tail
+        ids = [ended[k] for k in range(first, min(len(ended), first + max(0, limit)))]
+        return ids, (start + len(ids) - 1) if ids else after
+
     def would_complete(self, attempt_id: str) -> bool:
         """Whether a finish of this attempt would complete its task (it is the first)."""
         task = self._attempts.get(attempt_id)
         return task is not None and task.state not in (TaskState.DONE, TaskState.FAILED)
 
     def pending_count(self) -> int:
-        return sum(len(self.jobs[job_id].pending) for _, job_id in self._order) + sum(
-            len(job.held) for job in self._held_jobs.values())
+        """Tasks waiting here (pending or held), kept as a count: O(1)."""
+        return self.waiting
 
     # -- invariants ----------------------------------------------------------------------------
 
@@ -947,7 +985,13 @@ class GlobalMaster:
                     raise InvariantViolated(f"{self.gm}: {task.spec.task_id} is listed as "
                                             f"launched on {lm} as {attempt_id} while "
                                             f"{task.state}")
+        waiting = sum(t.state in _WAITING_STATES for job in self.jobs.values()
+                      if job.state not in (JobState.DONE, JobState.FAILED) for t in job.tasks)
+        if waiting != self.waiting:
+            raise InvariantViolated(f"{self.gm}: counts {self.waiting} waiting tasks, "
+                                    f"has {waiting}")
         reserved = set(self.view.inflight)
-        if not reserved <= set(self._requests):
+        if not reserved <= set(self._requests.requests):
             raise InvariantViolated(f"{self.gm}: reservations outlive their requests: "
-                                    f"{sorted(reserved - set(self._requests))}")
+                                    f"{sorted(reserved - set(self._requests.requests))}")
+        self._requests.validate()

@@ -82,6 +82,7 @@ class LocalMaster:
         now: float = 0.0,
         epoch: int = 0,
         heartbeat_interval: float = 1.0,
+        heartbeat_keepalive: float | None = None,
         worker_timeout: float = 3.0,
         dispatch_timeout: float | None = None,
         recovering: bool = False,
@@ -94,6 +95,8 @@ class LocalMaster:
         self.epoch = epoch
         self.seq = 0
         self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_keepalive = heartbeat_keepalive
+        self._last_heartbeat: tuple[LMSnapshot, float] | None = None  # published, and when
         self.worker_timeout = worker_timeout
         self.dispatch_timeout = 4 * worker_timeout if dispatch_timeout is None else dispatch_timeout
         self.next_heartbeat_at = now
@@ -430,8 +433,16 @@ class LocalMaster:
                 self._mark_worker_down(event.stimulus_id, worker, now, commands)
         self._maybe_end_recovery(now, commands)
         if now >= self.next_heartbeat_at:
-            self.next_heartbeat_at = now + self.heartbeat_interval
-            commands.append(PublishHeartbeat(self.snapshot()))
+            # on the interval's own beat, not a tick late each time; after a stall, anew
+            self.next_heartbeat_at += self.heartbeat_interval
+            if self.next_heartbeat_at <= now:
+                self.next_heartbeat_at = now + self.heartbeat_interval
+            snapshot = self.snapshot()  # the same object while nothing changes
+            last = self._last_heartbeat
+            if (last is None or snapshot is not last[0] or self.heartbeat_keepalive is None
+                    or now - last[1] >= self.heartbeat_keepalive):
+                self._last_heartbeat = (snapshot, now)
+                commands.append(PublishHeartbeat(snapshot))
         return commands
 
     def _mark_worker_down(

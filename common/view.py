@@ -9,6 +9,11 @@ over LMs: at 10,000 nodes the AND is about a microsecond.
 The view is the last snapshot of each LM plus this GM's own in-flight reservations, which
 are re-applied on top of every newer snapshot: if the LM already counted them the view is
 briefly pessimistic, never optimistic, and the request's answer settles it.
+
+`gained` marks the nodes that may have gained room (a snapshot showing more free resources or
+a node back up, a reservation released, an LM heard again) since the GM last looked: a GM
+holding tasks that fit nowhere looks at them again only when one of those nodes could take
+them, not after every snapshot.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class LMSlot:
     reachable: bool = True
     running: tuple[RunningInfo, ...] = ()
     _running_by_node: dict[int, list[RunningInfo]] | None = field(default=None, repr=False)
+    _running_ids: frozenset[str] | None = field(default=None, repr=False)
 
     @property
     def version(self) -> tuple[int, int]:
@@ -54,6 +60,17 @@ class LMSlot:
                 by_node.setdefault(info.node_index, []).append(info)
             self._running_by_node = by_node
         return self._running_by_node.get(i, [])
+
+    def running_ids(self) -> frozenset[str]:
+        """Attempt ids the last heartbeat listed."""
+        if self._running_ids is None:
+            self._running_ids = frozenset(info.attempt_id for info in self.running)
+        return self._running_ids
+
+    def set_running(self, running: tuple[RunningInfo, ...]) -> None:
+        self.running = running
+        self._running_by_node = None
+        self._running_ids = None
 
 
 class FederationView:
@@ -72,6 +89,8 @@ class FederationView:
         self.min_cpu = self.min_mem = 2**62
         # constraint set -> eligible nodes, for this GM's partitions and for the others'
         self._masks: dict[bool, dict[frozenset[int], object]] = {True: {}, False: {}}
+        self.gained = bitarray()  # nodes that may have gained room since `take_gained`
+        self.capacity = (1, 1)  # total cpu and memory of the federation
 
     def __len__(self) -> int:
         return len(self.order)
@@ -90,14 +109,13 @@ class FederationView:
         if slot is None or snapshot.topology is not slot.topology:
             slot = LMSlot(snapshot.lm, snapshot.topology, snapshot, last_heard=now)
             if snapshot.running is not None:
-                slot.running = snapshot.running
+                slot.set_running(snapshot.running)
             self.slots[snapshot.lm] = slot
             self._relayout()
             return True
         previous, slot.snapshot = slot.snapshot, snapshot
         if snapshot.running is not None:
-            slot.running = snapshot.running
-            slot._running_by_node = None
+            slot.set_running(snapshot.running)
         self._load_changes(slot, previous)
         return True
 
@@ -129,6 +147,13 @@ class FederationView:
         if changed:
             self.state.shift(slot.offset, changed, previous.free_cpu, new.free_cpu,
                              previous.free_mem, new.free_mem, new.up)
+            gained, offset = self.gained, slot.offset
+            old_cpu, new_cpu = previous.free_cpu, new.free_cpu
+            old_mem, new_mem, old_up, new_up = previous.free_mem, new.free_mem, previous.up, new.up
+            for i in changed:
+                if (new_cpu[i] > old_cpu[i] or new_mem[i] > old_mem[i]
+                        or (new_up[i] and not old_up[i])):
+                    gained[offset + i] = 1
 
     def _relayout(self) -> None:
         """A new LM (or a restarted one with other nodes): rebuild the merged vectors."""
@@ -144,6 +169,9 @@ class FederationView:
         self.state = ClusterState(self.topology, self.min_cpu, self.min_mem)
         for slot in self.order:
             self._load(slot)
+        self.capacity = (sum(self.topology.cap_cpu) or 1, sum(self.topology.cap_mem) or 1)
+        self.gained = bitarray(offset)
+        self.gained.setall(1)  # a new layout: everything may fit anew
         self.reachable = bitarray(offset)
         self.reachable.setall(1)
         self.all_reachable = True
@@ -176,7 +204,16 @@ class FederationView:
     def _set_reachable(self, slot: LMSlot, reachable: bool) -> None:
         slot.reachable = reachable
         self.reachable[slot.offset:slot.offset + len(slot.topology)] = reachable
+        if reachable:
+            self.gained[slot.offset:slot.offset + len(slot.topology)] = 1
         self.all_reachable = all(s.reachable for s in self.order)
+
+    def take_gained(self) -> bitarray:
+        """The nodes that may have gained room since the last call (then none)."""
+        gained = self.gained
+        self.gained = bitarray(len(gained))
+        self.gained.setall(0)
+        return gained
 
     # -- the match ---------------------------------------------------------------
 
@@ -226,6 +263,7 @@ class FederationView:
             return
         for i, cpu, mem in entry[1]:
             self.state.give(slot.offset + i, cpu, mem)
+            self.gained[slot.offset + i] = 1
 
     # -- reading ---------------------------------------------------------------
 

@@ -229,6 +229,22 @@ def placement_from_wire(wire: PlacementWire) -> Placement:
     )
 
 
+StopReason = Literal["cancelled", "preempted"]
+
+
+class StopWire(WireModel):
+    attempt_id: Name
+    reason: StopReason = "cancelled"
+
+
+class WorkerBatchWire(WireModel):
+    """LM -> worker agent: every start and stop queued while the previous batch was out.
+    Starts are applied before stops: an attempt is only ever stopped after its start."""
+
+    start: list[PlacementWire] = Field(default_factory=list)
+    stop: list[StopWire] = Field(default_factory=list)
+
+
 # --- requests: GM -> LM --------------------------------------------------------------------------
 
 
@@ -599,6 +615,12 @@ def task_event_from_wire(wire: TaskEventWire) -> TaskEvent:
     )
 
 
+class TaskEventBatchWire(WireModel):
+    """One broker message: the task events an LM had for one GM, in the order they happened."""
+
+    events: list[TaskEventWire] = Field(min_length=1)
+
+
 # --- worker agent -> LM --------------------------------------------------------------------------
 
 
@@ -620,6 +642,12 @@ class WorkerReport(WireModel):
         if runtime is None and info.data.get("kind") == "finished":
             raise ValueError("a finished report needs the measured runtime")
         return runtime
+
+
+class WorkerReportBatch(WireModel):
+    """Worker agent -> LM: the reports queued while the previous batch was out, in order."""
+
+    reports: list[WorkerReport] = Field(min_length=1)
 
 
 class WorkerHeartbeatWire(WireModel):
@@ -683,7 +711,10 @@ MESSAGE_KINDS: dict[str, type[BaseModel]] = {
     "lm_reply": LMReply,
     "snapshot": LMSnapshotWire,
     "task_event": TaskEventWire,
+    "task_events": TaskEventBatchWire,
     "worker_report": WorkerReport,
+    "worker_reports": WorkerReportBatch,
+    "worker_batch": WorkerBatchWire,
     "worker_heartbeat": WorkerHeartbeatWire,
 }
 """Message kind -> wire model, for a broker or endpoint that carries several kinds."""

@@ -11,7 +11,7 @@ fi
 if [ ! -f "$stamp" ]; then
   echo "installing the project into $venv ..." >&2
   "$venv/bin/pip" install --quiet --upgrade pip >/dev/null 2>&1 || true
-  "$venv/bin/pip" install --quiet -e "$root[services,test,workloads,inspect]"
+  "$venv/bin/pip" install --quiet -e "$root[services,test,workloads,inspect,profile]"
   rm -f "$venv"/.installed-*
   touch "$stamp"
 fi

@@ -9,6 +9,12 @@ heartbeats (fanout) and task events (the GM's durable queue) come back as events
 GM replays its store (unfinished jobs, with the tasks that already finished), rebuilds its
 view from heartbeats and adopts the attempts it had launched that still run.
 
+Backpressure: a GM holds at most `limits.gm_backlog_tasks` waiting tasks (pending, held, or
+accepted and still in its broker queue). Past that, `POST /v1/jobs` answers 429 with a
+`Retry-After` (seconds, from the rate the backlog drains) and the reason, and accepts nothing:
+a job is either accepted (202, durable) or clearly not. The start and end of each episode of
+refusals are events (`backlog_full`, `backlog_open`), and metrics count them.
+
 Run it with `python -m services.gm` (see `main` for the environment it reads).
 """
 
@@ -17,20 +23,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import time
 import uuid
+from collections import deque
 from pathlib import Path
 
-import httpx
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Query
 from fastapi.responses import JSONResponse
+from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import ValidationError
 
 from common.commands import JobEnded, SendCancel, SendLaunch, SendPreempt
 from common.errors import InvalidInput
-from common.events import JobSubmitted, LMRequestFailed, TaskEventReceived, Tick
+from common.events import JobSubmitted, LMRequestFailed, TaskEventsReceived, Tick
 from common.federation import Federation
 from common.gm import GlobalMaster
 from common.messages import RequestKind
@@ -42,7 +50,7 @@ from common.wire import (
     JobSubmission,
     LMReply,
     LMSnapshotWire,
-    TaskEventWire,
+    TaskEventBatchWire,
     TopologyCache,
     heartbeat_from_wire,
     job_from_wire,
@@ -68,6 +76,7 @@ from services.http import (
     read_service_env,
     required_env,
 )
+from services.peers import PeerClient, PeerError
 from services.runtime import CoreRunner
 from services.store import GMStore
 
@@ -78,6 +87,18 @@ LM_CONNECT_TRIES = 3  # an LM that refuses connections is down: give up after th
 # and add duplicate work to an overloaded federation (a congestion collapse, measured with
 # benchmarks/bench_services.py).
 LM_SLOW_DEADLINE = 30.0
+RETRY_AFTER_MIN, RETRY_AFTER_MAX = 1, 30  # seconds a refused client is told to wait
+DRAIN_WINDOW = 10.0  # seconds over which the backlog's drain rate is measured
+ENDED_FEED_MAX = 1000  # jobs per answer of GET /v1/jobs?ended_after=
+
+
+class Backpressure(Exception):
+    """The backlog is full: the job is not accepted; retry after `retry_after` seconds."""
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after = retry_after
 
 
 def invalid(error: InvalidInput) -> HTTPException:
@@ -99,13 +120,22 @@ class GMService:
         config = federation.gm_config(gm_id, self.epoch)
         self.core = GlobalMaster(config, topologies=federation.topologies())
         self.runner = CoreRunner(self.core, gm_id, self.log)
-        self.runner.registry.register(_CoreCounters(self.core))
+        self.runner.registry.register(_CoreCounters(self.core, self.backlog))
         self.store = GMStore(state_dir / f"{gm_id}.sqlite")
         self.users = sorted(q.name for q in federation.queues if q.gm == gm_id)
         self.topologies = TopologyCache()
         self.broker = Broker(amqp_url, gm_id, events=self.log.emit)
-        self.client = httpx.AsyncClient(timeout=LM_REQUEST_TIMEOUT)
-        self._accepted: set[str] = set()  # published, not yet taken out of the queue
+        self.client = PeerClient(timeout=LM_REQUEST_TIMEOUT)
+        # published, not yet taken out of the broker queue: job id -> its number of tasks
+        self._accepted: dict[str, int] = {}
+        self._accepted_tasks = 0
+        self.backlog_limit = federation.limits.gm_backlog_tasks
+        self._drain_samples: deque[tuple[float, int]] = deque()  # (time, tasks placed)
+        self._refusing_since: float | None = None  # an episode of 429s, for its events
+        self._refused_in_episode = 0
+        self.refused_total = Counter("megha_gm_jobs_refused_total",
+                                     "Jobs answered 429: the GM's backlog was full",
+                                     registry=self.runner.registry)
         self.runner.on(SendLaunch, lambda c: self.runner.spawn(self._send_launch(c)))
         self.runner.on(SendPreempt, lambda c: self.runner.spawn(self._send_preempt(c)))
         self.runner.on(SendCancel, lambda c: self.runner.spawn(self._send_cancel(c)))
@@ -126,10 +156,11 @@ class GMService:
         for user in self.users:
             self.broker.declare_queue(jobs_queue(user))
             self.broker.consume_queue(jobs_queue(user), self._on_job_message, prefetch=50)
-        self.broker.consume_queue(task_events_queue(self.gm_id), self._on_task_event,
+        self.broker.consume_queue(task_events_queue(self.gm_id), self._on_task_events,
                                   bind_exchange=TASK_EVENTS_EXCHANGE, routing_key=self.gm_id,
                                   prefetch=500)
         self.broker.consume_fanout(HEARTBEAT_EXCHANGE, self._on_heartbeat, prefetch=200)
+        await self.client.start()
         await self.broker.start(wait=False)
         interval = self.federation.timing.tick_interval
         self.runner.spawn(self.runner.tick_forever(
@@ -138,7 +169,7 @@ class GMService:
     async def stop(self) -> None:
         await self.runner.stop()
         await self.broker.close()
-        await self.client.aclose()
+        await self.client.close()
         self.store.close()
 
     # -- jobs in ---------------------------------------------------------------------------------
@@ -154,6 +185,7 @@ class GMService:
             raise invalid(error) from None
         if job_id in self._accepted or job_id in self.core.jobs or self.store.state_of(job_id):
             return job_id  # idempotent: a retried submission is the same job
+        self._admit(len(sub.tasks))
         message = json.dumps({"job_id": job_id, "arrival": arrival,
                               "job": json.loads(sub.model_dump_json())})
         try:
@@ -161,16 +193,66 @@ class GMService:
                                       persistent=True, timeout=5.0)
         except BrokerUnavailable as error:
             raise HTTPException(503, detail=f"job not accepted: {error}") from None
-        self._accepted.add(job_id)
+        if job_id not in self._accepted:
+            self._accepted[job_id] = len(sub.tasks)
+            self._accepted_tasks += len(sub.tasks)
         self.log.emit("job_accepted", {"job": job_id, "user": sub.user, "gm": self.gm_id,
                                        "tasks": len(sub.tasks), "arrival": arrival})
         return job_id
+
+    # -- backpressure ----------------------------------------------------------------------------
+
+    def backlog(self) -> int:
+        """Tasks waiting here: pending or held in the core, or accepted and still queued."""
+        return self.core.waiting + self._accepted_tasks
+
+    def _admit(self, tasks: int) -> None:
+        """Raise `Backpressure` if the backlog is full; a job of any size gets in below it."""
+        backlog = self.backlog()
+        now = time.monotonic()
+        if backlog < self.backlog_limit:
+            if self._refusing_since is not None:
+                self.log.emit("backlog_open", {
+                    "gm": self.gm_id, "backlog": backlog, "limit": self.backlog_limit,
+                    "refused": self._refused_in_episode,
+                    "seconds": round(now - self._refusing_since, 3)})
+                self._refusing_since = None
+            return
+        rate = self._drain_rate(now)
+        excess = backlog - self.backlog_limit + 1
+        retry_after = (RETRY_AFTER_MAX // 6 if rate <= 0 else
+                       min(RETRY_AFTER_MAX, max(RETRY_AFTER_MIN, math.ceil(excess / rate))))
+        if self._refusing_since is None:
+            self._refusing_since = now
+            self._refused_in_episode = 0
+            self.log.emit("backlog_full", {"gm": self.gm_id, "backlog": backlog,
+                                           "limit": self.backlog_limit,
+                                           "drain_tasks_per_s": round(rate, 1)})
+        self._refused_in_episode += 1
+        self.refused_total.inc()
+        raise Backpressure(
+            f"{self.gm_id} holds {backlog} waiting tasks, its limit is {self.backlog_limit} "
+            f"(limits.gm_backlog_tasks); it places about {rate:.0f} tasks/s: retry after "
+            f"{retry_after} s", retry_after)
+
+    def _drain_rate(self, now: float) -> float:
+        """Tasks placed per second over the last DRAIN_WINDOW seconds."""
+        placed = sum(value for key, value in self.core.counters.items()
+                     if key.startswith("placements_total.")) + self.core.counters[
+            "preemption_requests_total"]
+        samples = self._drain_samples
+        if not samples or now - samples[-1][0] >= 0.5:
+            samples.append((now, placed))
+        while len(samples) > 2 and now - samples[1][0] >= DRAIN_WINDOW:
+            samples.popleft()
+        then, placed_then = samples[0]
+        return (placed - placed_then) / (now - then) if now - then >= 1.0 else 0.0
 
     async def _on_job_message(self, body: bytes) -> None:
         message = json.loads(body)
         job_id, arrival = message["job_id"], message["arrival"]
         sub = JobSubmission.model_validate(message["job"])
-        self._accepted.discard(job_id)
+        self._accepted_tasks -= self._accepted.pop(job_id, 0)
         if not self.store.add_job(job_id, sub.user, sub.model_dump_json(), arrival):
             return  # redelivered after a crash between commit and acknowledgement
         job = job_from_wire(sub, job_id, arrival, self.federation.num_constraints)
@@ -183,12 +265,15 @@ class GMService:
 
     # -- events in -------------------------------------------------------------------------------
 
-    async def _on_task_event(self, body: bytes) -> None:
-        event = task_event_from_wire(TaskEventWire.model_validate_json(body))
-        if event.kind is Reason.FINISHED and self.core.would_complete(event.attempt_id):
-            # committed before the acknowledgement: a restarted GM never reruns it
-            self.store.task_done(event.job_id, event.task_id, event.runtime or 0.0)
-        self.runner.handle(TaskEventReceived(self.runner.stimulus("task_event"), event))
+    async def _on_task_events(self, body: bytes) -> None:
+        """One LM's batch: finishes committed (one transaction) before the acknowledgement,
+        so a restarted GM never reruns them; then the core takes them all, and schedules once."""
+        batch = TaskEventBatchWire.model_validate_json(body)
+        events = tuple(task_event_from_wire(wire) for wire in batch.events)
+        self.store.tasks_done([(e.job_id, e.task_id, e.runtime or 0.0) for e in events
+                               if e.kind is Reason.FINISHED
+                               and self.core.would_complete(e.attempt_id)])
+        self.runner.handle(TaskEventsReceived(self.runner.stimulus("task_events"), events))
 
     async def _on_heartbeat(self, body: bytes) -> None:
         wire = LMSnapshotWire.model_validate_json(body)
@@ -219,8 +304,7 @@ class GMService:
         attempt = 0
         while refused < LM_CONNECT_TRIES and loop.time() < deadline:
             try:
-                response = await self.client.post(url, content=body,
-                                                   headers={"content-type": "application/json"})
+                response = await self.client.post(url, body)
                 if response.status_code == 200:
                     reply = LMReply.model_validate_json(response.content)
                     self.runner.handle(lm_replied_from_wire(
@@ -230,9 +314,11 @@ class GMService:
                 if response.status_code < 500:
                     break  # the LM refused the request itself: repeating it cannot help
                 refused += 1
-            except httpx.TimeoutException as error:
-                failure = repr(error)[:200]  # slow, not gone: ask again
-            except (httpx.TransportError, ValidationError) as error:
+            except PeerError as error:
+                failure = str(error)[:200]
+                if not error.timed_out:  # slow is not gone: ask again
+                    refused += 1
+            except ValidationError as error:
                 failure = repr(error)[:200]
                 refused += 1
             attempt += 1
@@ -244,10 +330,9 @@ class GMService:
 
     async def _send_cancel(self, command: SendCancel) -> None:
         url = self.endpoints.url(command.lm) + "/v1/cancel"
-        with contextlib.suppress(httpx.TransportError):
+        with contextlib.suppress(PeerError):
             body = CancelRequest(gm=self.gm_id, attempt_id=command.attempt_id)
-            await self.client.post(url, content=body.model_dump_json(),
-                                   headers={"content-type": "application/json"})
+            await self.client.post(url, body.model_dump_json())
 
     # -- questions -------------------------------------------------------------------------------
 
@@ -267,6 +352,21 @@ class GMService:
                     why[task["task"]] = self.core.explain(task["task"])
         status["why_pending"] = why
         return status
+
+    def ended_jobs(self, after: int, limit: int) -> dict:
+        """The feed of ended jobs after the `after`-th: a client follows completions with one
+        request a second instead of asking about every job it submitted."""
+        ids, cursor = self.core.ended_since(after, min(limit, ENDED_FEED_MAX))
+        jobs = []
+        for job_id in ids:
+            job = self.core.jobs.get(job_id)
+            if job is None:
+                continue
+            jobs.append({"job": job_id, "user": job.spec.user, "state": str(job.state),
+                         "reason": job.reason, "arrival": job.spec.arrival,
+                         "finished_at": job.finished_at,
+                         "task_starts": [task.started_at for task in job.tasks]})
+        return {"gm": self.gm_id, "epoch": self.epoch, "cursor": cursor, "jobs": jobs}
 
     def queues_view(self) -> list[dict]:
         usage = self.core.usage()
@@ -291,8 +391,9 @@ class GMService:
 class _CoreCounters:
     """Exposes the core's own counters (`placements_total.launch`, ...) at scrape time."""
 
-    def __init__(self, core: GlobalMaster) -> None:
+    def __init__(self, core: GlobalMaster, backlog) -> None:
         self.core = core
+        self.backlog = backlog
 
     def collect(self):
         families: dict[str, CounterMetricFamily] = {}
@@ -308,14 +409,32 @@ class _CoreCounters:
         pending = GaugeMetricFamily("megha_gm_pending_tasks", "Tasks waiting in this GM")
         pending.add_metric([], self.core.pending_count())
         yield pending
+        backlog = GaugeMetricFamily("megha_gm_backlog_tasks",
+                                    "Waiting tasks, with those accepted and still queued")
+        backlog.add_metric([], self.backlog())
+        yield backlog
 
 
 def create_app(service: GMService) -> FastAPI:
     app = FastAPI(title=f"megha GM {service.gm_id}", lifespan=lifespan_of(service))
 
-    @app.post("/v1/jobs", status_code=202)
+    @app.post("/v1/jobs", status_code=202, responses={
+        429: {"description": "The GM's backlog is full; nothing was accepted. Retry after "
+                             "the `Retry-After` header's seconds."}})
     async def post_job(sub: JobSubmission) -> dict:
-        return {"job_id": await service.submit(sub), "gm": service.gm_id}
+        try:
+            return {"job_id": await service.submit(sub), "gm": service.gm_id}
+        except Backpressure as full:
+            raise HTTPException(429, detail=full.detail,
+                                headers={"Retry-After": str(full.retry_after)}) from None
+
+    @app.get("/v1/jobs")
+    async def get_ended_jobs(ended_after: int = Query(0, ge=0),
+                             limit: int = Query(500, ge=1, le=ENDED_FEED_MAX)) -> dict:
+        """Jobs that ended after the `ended_after`-th to end (0: from the first), in the order
+        they ended, with `cursor` for the next call; `epoch` changes when the GM restarts
+        (then the numbering starts again)."""
+        return service.ended_jobs(ended_after, limit)
 
     @app.get("/v1/jobs/{job_id}")
     async def get_job(job_id: str) -> dict:
@@ -330,7 +449,8 @@ def create_app(service: GMService) -> FastAPI:
         ok = service.broker.connected
         view = service.core.view
         body = {"gm": service.gm_id, "broker": ok, "lms_in_view": len(view.slots),
-                "nodes_up_in_view": view.state.up.count() if view.state is not None else 0}
+                "nodes_up_in_view": view.state.up.count() if view.state is not None else 0,
+                "backlog": service.backlog(), "backlog_limit": service.backlog_limit}
         return JSONResponse(body, status_code=200 if ok else 503)
 
     add_shared_routes(app, service.core, service.runner.registry)

@@ -1,36 +1,73 @@
-"""A container health check: exit 0 when this service answers `/healthz` with 200.
+"""Container health checks that cost almost nothing: a few lines of stdlib, no service stack.
 
-    python -m services.healthcheck
+    python -S -m services.healthcheck          this service answers GET /healthz with 200
+    python3 -S healthcheck.py amqp [PORT]      RabbitMQ completes the start of an AMQP handshake
 
-It reads the same environment as the service (MEGHA_ID, MEGHA_ENDPOINTS) to find its port, and
-asks on loopback: the image needs no curl, and the check cannot pass for another container.
+A check runs in every container for the container's whole life, so it must not import what the
+service imports (FastAPI, pydantic, httpx: about half a CPU-second per call), and the broker's
+must not boot an Erlang VM as `rabbitmq-diagnostics` does. This file imports nothing outside
+the standard library, so it also runs as a plain script in the RabbitMQ container, where compose
+mounts it; `-S` skips site-packages as well.
+
+The service's port comes from the environment the service itself reads (MEGHA_ID and
+MEGHA_ENDPOINTS, `id=url,...`); the check asks on loopback, so it cannot pass for another
+container. Exit status 0 is healthy; otherwise one line on stderr says why.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
-import urllib.error
-import urllib.request
+from urllib.parse import urlsplit
 
-from services.endpoints import Endpoints
-from services.http import listen_address
+TIMEOUT = 2.0  # seconds for the whole probe; compose's own timeout is longer
+# An AMQP 0-9-1 client opens with this header; a broker answers with a Connection.Start frame
+# (frame type 1, channel 0), and we hang up before logging in.
+AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
 
 
-def main() -> int:
-    service = os.environ.get("MEGHA_ID", "")
+def service_port(service: str, endpoints: str) -> int:
+    """This service's port from MEGHA_ENDPOINTS (the same table services/endpoints.py reads)."""
+    for item in endpoints.split(","):
+        name, _, url = item.strip().partition("=")
+        if name.strip() == service:
+            parts = urlsplit(url.strip())
+            return parts.port or (443 if parts.scheme == "https" else 80)
+    raise LookupError(f"no address for {service!r} in MEGHA_ENDPOINTS")
+
+
+def http_ok(port: int, path: str = "/healthz") -> None:
+    """Raise unless 127.0.0.1:port answers `GET path` with status 200."""
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as connection:
+        connection.sendall(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
+        status_line = connection.makefile("rb").readline(200).decode("latin-1").strip()
+    parts = status_line.split()
+    if len(parts) < 2 or parts[1] != "200":
+        raise ConnectionError(f"GET {path} answered {status_line!r}")
+
+
+def amqp_ok(port: int = 5672) -> None:
+    """Raise unless a broker on 127.0.0.1:port answers the AMQP header with Connection.Start."""
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as connection:
+        connection.sendall(AMQP_HEADER)
+        frame = connection.recv(7)
+    if len(frame) < 7 or frame[0] != 1 or frame[1:3] != b"\x00\x00":
+        raise ConnectionError(f"no AMQP Connection.Start from port {port} (got {frame!r})")
+
+
+def main(argv: list[str]) -> int:
     try:
-        _, port = listen_address(Endpoints.from_env().url(service))
-    except Exception as error:  # noqa: BLE001 - any failure is "unhealthy", with its reason
+        if argv[:1] == ["amqp"]:
+            amqp_ok(int(argv[1]) if len(argv) > 1 else 5672)
+        else:
+            http_ok(service_port(os.environ.get("MEGHA_ID", ""),
+                                 os.environ.get("MEGHA_ENDPOINTS", "")))
+    except (OSError, LookupError, ValueError) as error:
         print(f"unhealthy: {error}", file=sys.stderr)
         return 1
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
-            return 0 if answer.status == 200 else 1
-    except (urllib.error.URLError, OSError) as error:
-        print(f"unhealthy: {error}", file=sys.stderr)
-        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -5,11 +5,13 @@ is the core's `LocalMaster` (common/lm.py); this shell turns GM requests, worker
 heartbeats and a clock into its events, and carries out its commands:
 
 - `ReplyToGM` is the answer to the HTTP request that caused it;
-- `StartOnWorker` / `StopOnWorker`: POST / DELETE on the worker agent, retried a few times;
-  a worker that stays unreachable is logged and left to the core's worker timeout, which
-  reports its nodes down and its attempts lost;
-- `PublishTaskEvent`: an in-memory outbox drained by one publisher that retries each event
-  until RabbitMQ confirms it, so events survive a broker outage and keep their order;
+- `StartOnWorker` / `StopOnWorker`: queued in the worker's outbox (services/batching.py), which
+  keeps one `POST /v1/tasks/batch` to that worker in flight and puts whatever queued meanwhile
+  in the next one; a batch is retried a few times, then its starts are reported to the core
+  as failed dispatches (their attempts end lost and their GMs place them again);
+- `PublishTaskEvent`: an in-memory outbox drained by one publisher, one message per GM per
+  batch, each retried until RabbitMQ confirms it, so events survive a broker outage and keep
+  their order;
 - `PublishHeartbeat`: published if RabbitMQ is there, dropped if not (the next one replaces it).
 
 A process always starts recovering: until its workers have told it what they run (or the
@@ -24,6 +26,7 @@ HTTP API (bodies are common/wire.py models; invalid ones are 422 with pydantic's
     POST /v1/preempt          PreemptRequest                    -> 200 LMReply
     POST /v1/cancel           {gm, attempt_id}                  -> 202 {attempt_id, cancelled}
     POST /v1/worker/report    WorkerReport                      -> 202
+    POST /v1/worker/reports   WorkerReportBatch (in order)      -> 202
     POST /v1/worker/heartbeat WorkerHeartbeatWire               -> 202
     GET  /v1/state            {lm, epoch, recovering, snapshot: LMSnapshotWire, ...}
     GET  /v1/debug/story/{key}, /healthz, /metrics
@@ -35,11 +38,9 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from urllib.parse import quote
 
-import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Gauge
@@ -59,8 +60,13 @@ from common.wire import (
     CancelRequest,
     LaunchRequest,
     PreemptRequest,
+    StopWire,
+    TaskEventBatchWire,
+    TaskEventWire,
+    WorkerBatchWire,
     WorkerHeartbeatWire,
     WorkerReport,
+    WorkerReportBatch,
     launch_requested_from_wire,
     placement_to_wire,
     preempt_requested_from_wire,
@@ -70,29 +76,41 @@ from common.wire import (
     worker_heartbeat_from_wire,
     worker_report_to_event,
 )
+from services.batching import BatchSender
 from services.broker import HEARTBEAT_EXCHANGE, TASK_EVENTS_EXCHANGE, Broker, BrokerUnavailable
 from services.endpoints import Endpoints
 from services.eventlog import EventLog
 from services.http import (
     PeerLink,
-    PeerUnreachable,
     add_shared_routes,
     body_error,
     build_and_serve,
     lifespan_of,
     log_crashes,
-    make_client,
     parse_body,
     read_service_env,
-    request_with_retry,
     required_env,
     wire_response,
 )
+from services.peers import PeerClient, PeerUnreachable, request_with_retry
 from services.runtime import CoreRunner
 
 WORKER_CALL_TRIES = 5  # ~1.5 s of backoff: then the worker timeout takes over
+# A worker's outbox holds the starts and stops not yet handed over: the core launches only
+# what fits on the worker's nodes, so under any load it stays far below this; past it the
+# worker is not taking anything, and a start that cannot queue fails at once.
+WORKER_OUTBOX_LIMIT = 5_000
+WORKER_BATCH = 500  # items per request to a worker
+# Requests to one worker start at least this far apart when it is busy: a task placed
+# meanwhile waits at most this long and shares the request (services/batching.py).
+WORKER_PACE = 0.005
 PUBLISH_TIMEOUT = 5.0
-PUBLISH_BATCH = 200  # task events published before their confirms are awaited together
+PUBLISH_BATCH = 500  # task events taken from the outbox at once: one message per GM
+# Task event messages start at least this far apart when busy: each message costs the LM,
+# RabbitMQ and the GM a fixed price (frames, system calls, an acknowledgement), so under load
+# events wait up to this long and share one. Allocation times are unaffected (a start carries
+# its worker's clock); GMs hear of starts and ends that much later at most.
+PUBLISH_PACE = 0.02
 MAX_PUBLISH_BACKOFF = 2.0
 SHUTDOWN_FLUSH_SECONDS = 2.0
 
@@ -100,9 +118,7 @@ SHUTDOWN_FLUSH_SECONDS = 2.0
 @dataclass(frozen=True, slots=True)
 class _OutgoingEvent:
     gm: str
-    body: bytes
-    attempt_id: str
-    kind: str
+    event: TaskEventWire
 
 
 class LMService:
@@ -120,6 +136,7 @@ class LMService:
         self.core = LocalMaster(
             topology, now=now, epoch=epoch or int(now * 1000),
             heartbeat_interval=timing.heartbeat_interval, worker_timeout=timing.worker_timeout,
+            heartbeat_keepalive=timing.heartbeat_keepalive,
             recovering=recovering)
         self.runner = CoreRunner(self.core, lm_id, self.log)
         self.gms = frozenset(federation.gms)
@@ -131,9 +148,14 @@ class LMService:
         self._publishing: int | None = None  # events taken from the queue, not confirmed yet
         self.broker_link = PeerLink(self.log, "task_events_delayed", "task_events_flowing",
                                     {"lm": lm_id})
-        self.client: httpx.AsyncClient | None = None
-        self.runner.on(StartOnWorker, lambda c: self._spawn(self._start_on_worker(c), "start"))
-        self.runner.on(StopOnWorker, lambda c: self._spawn(self._stop_on_worker(c), "stop"))
+        self.client = PeerClient()
+        self.worker_outboxes = {
+            worker: BatchSender(worker, lambda batch, w=worker: self._send_to_worker(w, batch),
+                                max_batch=WORKER_BATCH, limit=WORKER_OUTBOX_LIMIT,
+                                min_interval=WORKER_PACE, on_error=self._outbox_failed)
+            for worker in sorted(self.worker_urls)}
+        self.runner.on(StartOnWorker, self._queue_start)
+        self.runner.on(StopOnWorker, self._queue_stop)
         self.runner.on(PublishTaskEvent, self._queue_task_event)
         self.runner.on(PublishHeartbeat, self._publish_heartbeat)
         self._metrics()
@@ -160,6 +182,8 @@ class LMService:
                                     lambda: int(self.core.recovering)),
             "megha_lm_task_event_outbox": ("Task events waiting for RabbitMQ",
                                            self.outbox_size),
+            "megha_lm_worker_outbox": ("Starts and stops not yet handed to workers",
+                                       lambda: sum(map(len, self.worker_outboxes.values()))),
         }
         for name, (description, read) in gauges.items():
             Gauge(name, description, registry=registry).set_function(read)
@@ -167,13 +191,15 @@ class LMService:
     # -- life ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.client = make_client()
+        await self.client.start()
         self.log.emit("lm_started", {
             "lm": self.lm_id, "epoch": self.core.epoch, "recovering": self.core.recovering,
             "workers": sorted(self.worker_urls)} | self.capacity)
         # not waiting for RabbitMQ: GMs and workers are served while it is away
         await self.broker.start(wait=False)
         self._spawn(self._drain_task_events(), "task-events")
+        for worker, outbox in self.worker_outboxes.items():
+            self._spawn(outbox.run(), f"to {worker}")
         self._spawn(self.runner.tick_forever(
             self.timing.tick_interval, lambda: Tick(self.runner.stimulus("tick"))), "tick")
 
@@ -187,8 +213,7 @@ class LMService:
                                                     "count": self.outbox_size()})
         await self.runner.stop()
         await self.broker.close()
-        if self.client is not None:
-            await self.client.aclose()
+        await self.client.close()
 
     def _spawn(self, coroutine: Awaitable, name: str) -> asyncio.Task:
         return log_crashes(self.runner.spawn(coroutine, name), self.log)
@@ -238,86 +263,130 @@ class LMService:
         self._check_worker(wire.worker)
         self.runner.handle(worker_report_to_event(wire, self.runner.stimulus("report")))
 
+    def worker_reports(self, wire: WorkerReportBatch) -> None:
+        """A batch from one worker, applied in its order; all checked before any applied."""
+        for report in wire.reports:
+            self._check_worker(report.worker)
+        for report in wire.reports:
+            self.runner.handle(worker_report_to_event(report, self.runner.stimulus("report")))
+
     def worker_heartbeat(self, wire: WorkerHeartbeatWire) -> None:
         self._check_worker(wire.worker)
         self.runner.handle(worker_heartbeat_from_wire(wire, self.runner.stimulus("worker_hb")))
 
     # -- to workers ------------------------------------------------------------------------------
 
-    async def _start_on_worker(self, command: StartOnWorker) -> None:
-        url = f"{self.worker_urls[command.worker]}/v1/tasks"
-        body = placement_to_wire(command.placement).model_dump_json()
-        await self._call_worker("start", command.worker, command.placement.attempt_id,
-                                "POST", url, body)
+    def _queue_start(self, command: StartOnWorker) -> None:
+        if not self.worker_outboxes[command.worker].offer(command):
+            # after the core's current event, not inside it
+            asyncio.get_running_loop().call_soon(
+                self._dispatch_failed, command.worker, command.placement.attempt_id,
+                f"outbox to {command.worker} full ({WORKER_OUTBOX_LIMIT})")
 
-    async def _stop_on_worker(self, command: StopOnWorker) -> None:
-        # attempt ids hold '/' and '#': one opaque path segment, the worker routes by `path`
-        attempt = quote(command.attempt_id, safe="")
-        url = f"{self.worker_urls[command.worker]}/v1/tasks/{attempt}?reason={command.reason}"
-        await self._call_worker("stop", command.worker, command.attempt_id, "DELETE", url)
+    def _queue_stop(self, command: StopOnWorker) -> None:
+        if not self.worker_outboxes[command.worker].offer(command):
+            # the attempt is already ended here; the worker's next heartbeat still lists it,
+            # and the core answers that with another stop
+            self.worker_calls_failed.labels("stop").inc()
+            self.log.emit("worker_call_failed", {
+                "lm": self.lm_id, "worker": command.worker, "attempt": command.attempt_id,
+                "call": "stop", "error": f"outbox full ({WORKER_OUTBOX_LIMIT})"})
 
-    async def _call_worker(self, call: str, worker: str, attempt_id: str, method: str,
-                           url: str, body: str | None = None) -> None:
-        assert self.client is not None
-        fields = {"lm": self.lm_id, "worker": worker, "attempt": attempt_id, "call": call}
+    async def _send_to_worker(self, worker: str,
+                              batch: Sequence[StartOnWorker | StopOnWorker]) -> None:
+        """One request with every start and stop queued for `worker`, retried a few times."""
+        starts = [c for c in batch if isinstance(c, StartOnWorker)]
+        stops = [c for c in batch if isinstance(c, StopOnWorker)]
+        body = WorkerBatchWire(
+            start=[placement_to_wire(c.placement) for c in starts],
+            stop=[StopWire(attempt_id=c.attempt_id, reason=str(c.reason)) for c in stops],
+        ).model_dump_json()
+        url = f"{self.worker_urls[worker]}/v1/tasks/batch"
         try:
-            response = await request_with_retry(self.client, method, url, body=body,
+            response = await request_with_retry(self.client, "POST", url, body=body,
                                                 attempts=WORKER_CALL_TRIES)
         except PeerUnreachable as error:
-            self.worker_calls_failed.labels(call).inc()
-            self.log.emit("worker_call_failed", fields | {"error": str(error)[:300]})
-            if call == "start":  # it never got there: the GM should place it again now
-                self.runner.handle(DispatchFailed(self.runner.stimulus("dispatch_failed"),
-                                                  worker, attempt_id, str(error)[:200]))
+            self.log.emit("worker_call_failed", {
+                "lm": self.lm_id, "worker": worker, "call": "batch", "starts": len(starts),
+                "stops": len(stops), "error": str(error)[:300]})
+            self.worker_calls_failed.labels("start").inc(len(starts))
+            self.worker_calls_failed.labels("stop").inc(len(stops))
+            for command in starts:  # they never got there: their GMs should place them again
+                self._dispatch_failed(worker, command.placement.attempt_id, str(error)[:200])
             return
-        # 404 on a stop: the worker no longer had it, which is what a stop wants
-        if response.status_code >= 400 and not (call == "stop" and response.status_code == 404):
-            self.worker_calls_failed.labels(call).inc()
-            self.log.emit("worker_call_refused", fields | {"status": response.status_code,
-                                                           "detail": response.text[:300]})
+        if response.status_code >= 400:
+            self.worker_calls_failed.labels("batch").inc()
+            self.log.emit("worker_call_refused", {
+                "lm": self.lm_id, "worker": worker, "call": "batch",
+                "status": response.status_code, "detail": response.text[:300]})
+            return
+        for item in response.json().get("refused", []):
+            self.worker_calls_failed.labels("start").inc()
+            self.log.emit("worker_call_refused", {
+                "lm": self.lm_id, "worker": worker, "call": "start",
+                "attempt": item.get("attempt_id"), "detail": str(item.get("detail"))[:300]})
+
+    def _dispatch_failed(self, worker: str, attempt_id: str, detail: str) -> None:
+        self.runner.handle(DispatchFailed(self.runner.stimulus("dispatch_failed"), worker,
+                                          attempt_id, detail))
+
+    def _outbox_failed(self, name: str, error: BaseException) -> None:
+        self.log.emit("background_task_failed", {"task": f"to {name}",
+                                                 "error": repr(error)[:500]})
 
     # -- to RabbitMQ -----------------------------------------------------------------------------
 
     def _queue_task_event(self, command: PublishTaskEvent) -> None:
-        body = task_event_to_wire(command.event).model_dump_json().encode()
-        self.task_events.put_nowait(_OutgoingEvent(command.gm, body, command.event.attempt_id,
-                                                   str(command.event.kind)))
+        self.task_events.put_nowait(_OutgoingEvent(command.gm,
+                                                   task_event_to_wire(command.event)))
 
     async def _drain_task_events(self) -> None:
-        """The only publisher of task events: in batches, each event until confirmed.
+        """The only publisher of task events: what queued meanwhile, one message per GM.
 
-        A batch is published in order on the one channel and its confirms are awaited
-        together: waiting for each disk confirm before the next publish capped an LM at one
-        event per confirm round trip, and under load completions reached GMs tens of
-        seconds late (benchmarks/bench_services.py). Events of a batch that failed are
-        published again, so an event can arrive twice (at least once); GMs take task events
-        idempotently by attempt id and kind.
+        Each batch's messages are published in order on the one channel and their confirms
+        awaited together; a message that is not confirmed is published again, so an event can
+        arrive twice (at least once): GMs take task events idempotently by attempt id and
+        kind. One message per event cost the LM, RabbitMQ and the GM each a fixed price per
+        event, and under load completions reached GMs tens of seconds late
+        (benchmarks/bench_services.py).
         """
+        loop = asyncio.get_running_loop()
+        next_at = 0.0
         while True:
             batch = [await self.task_events.get()]
+            wait = next_at - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            next_at = loop.time() + PUBLISH_PACE
             while len(batch) < PUBLISH_BATCH and not self.task_events.empty():
                 batch.append(self.task_events.get_nowait())
             self._publishing = len(batch)
+            by_gm: dict[str, list[_OutgoingEvent]] = {}
+            for item in batch:
+                by_gm.setdefault(item.gm, []).append(item)
             delay = 0.1
-            while batch:
+            while by_gm:
+                messages = list(by_gm.items())
                 results = await asyncio.gather(*(
-                    self.broker.publish(TASK_EVENTS_EXCHANGE, item.gm, item.body,
-                                        persistent=True, timeout=PUBLISH_TIMEOUT)
-                    for item in batch), return_exceptions=True)
-                failed = [item for item, result in zip(batch, results, strict=True)
-                          if isinstance(result, BaseException)]
-                for item, result in zip(batch, results, strict=True):
-                    if not isinstance(result, BaseException):
-                        self.task_events_published.labels(item.kind).inc()
-                if failed:
+                    self.broker.publish(
+                        TASK_EVENTS_EXCHANGE, gm,
+                        TaskEventBatchWire(events=[i.event for i in items])
+                        .model_dump_json().encode(),
+                        persistent=True, timeout=PUBLISH_TIMEOUT)
+                    for gm, items in messages), return_exceptions=True)
+                for (gm, items), result in zip(messages, results, strict=True):
+                    if isinstance(result, BaseException):
+                        continue
+                    del by_gm[gm]
+                    for item in items:
+                        self.task_events_published.labels(item.event.kind).inc()
+                        self.task_events.task_done()
+                if by_gm:
                     error = next(r for r in results if isinstance(r, BaseException))
                     self.broker_link.failed(str(error), pending=self.outbox_size())
                     await asyncio.sleep(delay)
                     delay = min(MAX_PUBLISH_BACKOFF, delay * 2)
-                for _ in range(len(batch) - len(failed)):
-                    self.task_events.task_done()
-                batch = failed
-                self._publishing = len(batch) or None
+                self._publishing = sum(map(len, by_gm.values())) or None
             self.broker_link.answered(pending=self.outbox_size())
 
     def outbox_size(self) -> int:
@@ -377,6 +446,10 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
         service.worker_report(await parse_body(request, WorkerReport))
         return Response(status_code=202)
 
+    async def worker_reports(request: Request) -> Response:
+        service.worker_reports(await parse_body(request, WorkerReportBatch))
+        return Response(status_code=202)
+
     async def worker_heartbeat(request: Request) -> Response:
         service.worker_heartbeat(await parse_body(request, WorkerHeartbeatWire))
         return Response(status_code=202)
@@ -387,6 +460,7 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
         "/v1/preempt": preempt,
         "/v1/cancel": cancel,
         "/v1/worker/report": worker_report,
+        "/v1/worker/reports": worker_reports,
         "/v1/worker/heartbeat": worker_heartbeat,
     }
     for path, route in posts.items():

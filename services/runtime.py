@@ -54,18 +54,19 @@ class CoreRunner:
         self.events_total.labels(name).inc()
         self.handle_seconds.labels(name).observe(elapsed)
         unhandled = []
-        for command in commands:
-            if type(command) is Log:
-                fields = command.fields
-                if command.event in TIMED_EVENTS:
-                    fields = fields | {"handle_s": round(elapsed, 6)}
-                self.log.emit(command.event, fields)
-                continue
-            executor = self.executors.get(type(command))
-            if executor is None:
-                unhandled.append(command)
-            else:
-                executor(command)
+        with self.log.together():
+            for command in commands:
+                if type(command) is Log:
+                    fields = command.fields
+                    if command.event in TIMED_EVENTS:
+                        fields = fields | {"handle_s": round(elapsed, 6)}
+                    self.log.emit(command.event, fields)
+                    continue
+                executor = self.executors.get(type(command))
+                if executor is None:
+                    unhandled.append(command)
+                else:
+                    executor(command)
         return unhandled
 
     def spawn(self, coroutine, name: str = "") -> asyncio.Task:

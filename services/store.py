@@ -61,8 +61,15 @@ class GMStore:
         return None if row is None else row[0]
 
     def task_done(self, job_id: str, task_id: str, runtime: float) -> None:
-        self._db.execute("INSERT OR IGNORE INTO done_tasks VALUES (?, ?, ?)",
-                         (task_id, job_id, runtime))
+        self.tasks_done([(job_id, task_id, runtime)])
+
+    def tasks_done(self, done: list[tuple[str, str, float]]) -> None:
+        """Record finished tasks (job id, task id, runtime), in one transaction."""
+        if not done:
+            return
+        with self._db:
+            self._db.executemany("INSERT OR IGNORE INTO done_tasks VALUES (?, ?, ?)",
+                                 [(task_id, job_id, runtime) for job_id, task_id, runtime in done])
 
     def job_ended(self, job_id: str, state: str, reason: str) -> None:
         with self._db:

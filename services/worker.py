@@ -7,17 +7,21 @@ out its commands:
 - `RunTask`: an asyncio task holds the resources for the task's duration (or burns real CPU
   in a thread with `burn_cpu`), then feeds `TaskRunEnded` with the measured wall runtime;
 - `KillTask`: cancels that asyncio task (no `TaskRunEnded` follows);
-- `ReportToLM`: appended to one outbox drained by one sender, so reports reach the LM in the
-  order the core made them and survive an LM that is briefly away.
+- `ReportToLM`: appended to one outbox (services/batching.py) that keeps one
+  `POST /v1/worker/reports` in flight and puts whatever queued meanwhile in the next one, so
+  reports reach the LM in the order the core made them, survive an LM that is briefly away,
+  and cost one request per round trip rather than one per report.
 
 Besides, it heartbeats its LM with everything it runs or queues (how a restarted LM learns
-what runs) and feeds the core a `Tick` every `tick_interval`.
+what runs).
 
 HTTP API (called by the LM; bodies are common/wire.py models):
 
     POST   /v1/tasks                  PlacementWire -> 202 {attempt_id, state}; 422 if invalid.
                                       A duplicate attempt id is refused by the core (logged),
                                       still 202: the LM may retry a POST whose answer it lost.
+    POST   /v1/tasks/batch            WorkerBatchWire {start, stop}: the starts, then the stops
+                                      -> 200 {started, stopped, refused}
     DELETE /v1/tasks/{attempt_id}     ?reason=cancelled|preempted -> 202 {attempt_id, was} if
                                       it was queued or running, else 404 {detail, state}
     GET    /v1/state                  running and queued placements, free resources per node
@@ -33,47 +37,55 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Gauge
 
 from common.commands import KillTask, ReportToLM, RunTask
 from common.errors import InvalidInput
-from common.events import TaskAssigned, TaskCancelled, TaskRunEnded, Tick
+from common.events import TaskAssigned, TaskCancelled, TaskRunEnded
 from common.federation import Federation
 from common.messages import Placement
 from common.reasons import Reason
 from common.wire import (
     PlacementWire,
+    WorkerBatchWire,
     WorkerReport,
+    WorkerReportBatch,
     placement_from_wire,
     placement_to_wire,
     report_to_wire,
     worker_heartbeat_to_wire,
 )
 from common.worker import AttemptState, WorkerAgent
+from services.batching import BatchSender
 from services.endpoints import Endpoints
 from services.eventlog import EventLog
 from services.http import (
-    JSON,
     PeerLink,
-    PeerUnreachable,
     add_shared_routes,
     build_and_serve,
     lifespan_of,
     log_crashes,
-    make_client,
     parse_body,
     read_service_env,
-    request_with_retry,
 )
+from services.peers import PeerClient, PeerError, PeerUnreachable, request_with_retry
 from services.runtime import CoreRunner
 
 REPORT_GIVE_UP_SECONDS = 60.0  # an LM away longer has marked our nodes down anyway
+REPORT_BATCH = 500  # reports per request
+# Report requests start at least this far apart when busy: the start time a report carries is
+# the worker's own clock, so pacing delays what the LM hears, never what it is told.
+REPORT_PACE = 0.02
+# Reports waiting for the LM: each live attempt makes at most a start and an end, so this is
+# reached only if the LM stays away for long; past it a report is dropped (and counted), as it
+# would be after REPORT_GIVE_UP_SECONDS, and the LM learns the attempt's fate from heartbeats.
+REPORT_OUTBOX_LIMIT = 20_000
 LIVE_STATES = (AttemptState.QUEUED, AttemptState.RUNNING)
 CANCEL_REASONS = {"cancelled": Reason.CANCELLED, "preempted": Reason.PREEMPTED}
 
@@ -103,7 +115,9 @@ class WorkerService:
                                 queue_policy=federation.policies.local_queue)
         self.runner = CoreRunner(self.core, worker_id, self.log)
         self.runs: dict[str, asyncio.Task] = {}  # attempt id -> the task holding its resources
-        self.outbox: asyncio.Queue[_OutgoingReport] = asyncio.Queue()
+        self.outbox: BatchSender[_OutgoingReport] = BatchSender(
+            f"{worker_id} reports", self._deliver, max_batch=REPORT_BATCH,
+            limit=REPORT_OUTBOX_LIMIT, min_interval=REPORT_PACE, on_error=self._outbox_failed)
         # Attempts that ended here but whose end report has not reached the LM yet: the
         # heartbeat still lists them, or an LM hearing the heartbeat before the report would
         # take them for lost and have them run again.
@@ -111,7 +125,7 @@ class WorkerService:
         self._ending: set[str] = set()
         self.lm_link = PeerLink(self.log, "lm_unreachable", "lm_reachable",
                                 {"worker": worker_id, "lm": lm_id})
-        self.client: httpx.AsyncClient | None = None
+        self.client = PeerClient()
         self.runner.on(RunTask, self._run_task)
         self.runner.on(KillTask, self._kill_task)
         self.runner.on(ReportToLM, self._queue_report)
@@ -128,24 +142,22 @@ class WorkerService:
         Gauge("megha_worker_queued_tasks", "Tasks in the local queues",
               registry=registry).set_function(self.core.queue_length)
         Gauge("megha_worker_report_outbox", "Reports waiting to reach the LM",
-              registry=registry).set_function(self.outbox.qsize)
+              registry=registry).set_function(lambda: len(self.outbox))
 
     # -- life ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.client = make_client()
+        await self.client.start()
         self.log.emit("worker_started", {
             "worker": self.worker_id, "lm": self.lm_id, "nodes": len(self.nodes),
             "queue_policy": self.core.queue_policy, "burn_cpu": self.burn_cpu})
-        self._spawn(self._send_reports(), "reports")
+        self._spawn(self.outbox.run(), "reports")
+        # no ticks: nothing in the worker's core is time-driven (a wake-up costs idle CPU)
         self._spawn(self._heartbeat_forever(), "heartbeat")
-        self._spawn(self.runner.tick_forever(
-            self.timing.tick_interval, lambda: Tick(self.runner.stimulus("tick"))), "tick")
 
     async def stop(self) -> None:
         await self.runner.stop()  # also cancels the runs: no TaskRunEnded after this
-        if self.client is not None:
-            await self.client.aclose()
+        await self.client.close()
 
     def _spawn(self, coroutine, name: str) -> asyncio.Task:
         return log_crashes(self.runner.spawn(coroutine, name), self.log)
@@ -158,6 +170,22 @@ class WorkerService:
         self.runner.handle(TaskAssigned(self.runner.stimulus("assign"), placement))
         state = self.core.state_of(placement.attempt_id)
         return {"attempt_id": placement.attempt_id, "state": None if state is None else str(state)}
+
+    def apply_batch(self, wire: WorkerBatchWire) -> dict:
+        """The LM's queued starts, then its stops; which started, which stopped, which not."""
+        started, refused, stopped = [], [], []
+        for item in wire.start:
+            answer = self.assign(item)
+            if answer["state"] is None:
+                refused.append({"attempt_id": item.attempt_id,
+                                "detail": "refused by the worker (see its event log)"})
+            else:
+                started.append(answer)
+        for item in wire.stop:
+            was = self.cancel(item.attempt_id, CANCEL_REASONS[item.reason])
+            stopped.append({"attempt_id": item.attempt_id,
+                            "was": None if was is None else str(was)})
+        return {"started": started, "stopped": stopped, "refused": refused}
 
     def cancel(self, attempt_id: str, reason: Reason) -> AttemptState | None:
         """Cancel an attempt; its state before, if it was live.
@@ -183,7 +211,7 @@ class WorkerService:
             nodes[node.node_id] = {"free_cpu_m": free.cpu_m, "free_mem_mib": free.mem_mib,
                                    "queued": self.core.queue_length(node.node_id)}
         return {"worker": self.worker_id, "lm": self.lm_id, "running": running,
-                "queued": queued, "nodes": nodes, "report_outbox": self.outbox.qsize(),
+                "queued": queued, "nodes": nodes, "report_outbox": len(self.outbox),
                 "lm_reachable": self.lm_link.reachable}
 
     # -- executors ---------------------------------------------------------------------------
@@ -213,26 +241,14 @@ class WorkerService:
             run.cancel()
 
     def _queue_report(self, command: ReportToLM) -> None:
+        report = report_to_wire(command, self.worker_id)
+        if not self.outbox.offer(_OutgoingReport(report, asyncio.get_running_loop().time())):
+            self._dropped([report], f"outbox full ({REPORT_OUTBOX_LIMIT} reports)")
+            return
         if command.kind is not Reason.STARTED:
             self._ending.add(command.attempt_id)
-        report = report_to_wire(command, self.worker_id)
-        self.outbox.put_nowait(_OutgoingReport(report, asyncio.get_running_loop().time()))
 
     # -- to the LM ---------------------------------------------------------------------------
-
-    async def _send_reports(self) -> None:
-        """The only sender: one report at a time, so the LM hears them in the core's order."""
-        while True:
-            item = await self.outbox.get()
-            await self._deliver(item)
-
-    async def _deliver(self, item: _OutgoingReport) -> None:
-        try:
-            await self._deliver_once(item)
-        finally:
-            if item.report.kind != "started":
-                self._ending.discard(item.report.attempt_id)
-                self._placements.pop(item.report.attempt_id, None)
 
     def heartbeat_placements(self) -> list[Placement]:
         """What runs or queues here, and what ended here but the LM has not heard of yet."""
@@ -240,33 +256,52 @@ class WorkerService:
         live.extend(self._placements[a] for a in self._ending if a in self._placements)
         return live
 
-    async def _deliver_once(self, item: _OutgoingReport) -> None:
-        assert self.client is not None
-        report = item.report
-        fields = {"worker": self.worker_id, "lm": self.lm_id, "attempt": report.attempt_id,
-                  "kind": report.kind}
-        waited = asyncio.get_running_loop().time() - item.queued_at
+    async def _deliver(self, items: Sequence[_OutgoingReport]) -> None:
+        """One request with every queued report, in order, retried while the LM is away."""
+        try:
+            await self._deliver_once(items)
+        finally:
+            for item in items:
+                if item.report.kind != "started":
+                    self._ending.discard(item.report.attempt_id)
+                    self._placements.pop(item.report.attempt_id, None)
+
+    async def _deliver_once(self, items: Sequence[_OutgoingReport]) -> None:
+        reports = [item.report for item in items]
+        waited = asyncio.get_running_loop().time() - items[0].queued_at
         try:
             response = await request_with_retry(
-                self.client, "POST", f"{self.lm_url}/v1/worker/report",
-                body=report.model_dump_json(), attempts=None,
+                self.client, "POST", f"{self.lm_url}/v1/worker/reports",
+                body=WorkerReportBatch(reports=reports).model_dump_json(), attempts=None,
                 give_up_after=max(0.0, REPORT_GIVE_UP_SECONDS - waited),
                 on_failure=self.lm_link.failed)
         except PeerUnreachable as error:
-            self.reports_total.labels(report.kind, "dropped").inc()
-            self.log.emit("report_dropped", fields | {"error": str(error)[:300]})
+            self._dropped(reports, str(error))
             return
         self.lm_link.answered()
         if response.is_success:
-            self.reports_total.labels(report.kind, "sent").inc()
-        else:  # the LM refused this report itself: sending it again would not change that
-            self.reports_total.labels(report.kind, "refused").inc()
-            self.log.emit("report_refused", fields | {"status": response.status_code,
-                                                      "detail": response.text[:300]})
+            for report in reports:
+                self.reports_total.labels(report.kind, "sent").inc()
+        else:  # the LM refused the batch itself: sending it again would not change that
+            for report in reports:
+                self.reports_total.labels(report.kind, "refused").inc()
+            self.log.emit("report_refused", {
+                "worker": self.worker_id, "lm": self.lm_id, "reports": len(reports),
+                "attempts": [r.attempt_id for r in reports[:20]],
+                "status": response.status_code, "detail": response.text[:300]})
+
+    def _dropped(self, reports: Sequence[WorkerReport], why: str) -> None:
+        for report in reports:
+            self.reports_total.labels(report.kind, "dropped").inc()
+            self.log.emit("report_dropped", {"worker": self.worker_id, "lm": self.lm_id,
+                                             "attempt": report.attempt_id,
+                                             "kind": report.kind, "error": why[:300]})
+
+    def _outbox_failed(self, name: str, error: BaseException) -> None:
+        self.log.emit("background_task_failed", {"task": name, "error": repr(error)[:500]})
 
     async def _heartbeat_forever(self) -> None:
         """At a fixed rate, starting at once: a recovering LM waits for this to launch."""
-        assert self.client is not None
         loop = asyncio.get_running_loop()
         interval = self.timing.worker_heartbeat_interval
         timeout = max(interval, 1.0)  # a busy LM may take a moment; it still counts as heard
@@ -277,17 +312,16 @@ class WorkerService:
                                             self.heartbeat_placements()).model_dump_json()
             try:
                 # about an interval at most: the next heartbeat carries fresher news
-                response = await self.client.post(url, content=body, timeout=timeout,
-                                                  headers={"content-type": JSON})
+                response = await self.client.post(url, body, timeout=timeout)
                 if response.is_success:
                     self.heartbeats_total.labels("sent").inc()
                     self.lm_link.answered()
                 else:
                     self.heartbeats_total.labels("refused").inc()
                     self.lm_link.failed(f"HTTP {response.status_code}: {response.text[:200]}")
-            except httpx.TransportError as error:
+            except PeerError as error:
                 self.heartbeats_total.labels("failed").inc()
-                self.lm_link.failed(repr(error))
+                self.lm_link.failed(str(error))
             next_at = max(next_at + interval, loop.time())
             await asyncio.sleep(next_at - loop.time())
 
@@ -331,6 +365,10 @@ def create_app(federation: Federation, worker_id: str, endpoints: Endpoints, *,
     @app.post("/v1/tasks", status_code=202)
     async def post_task(request: Request) -> dict:
         return service.assign(await parse_body(request, PlacementWire))
+
+    @app.post("/v1/tasks/batch")
+    async def post_batch(request: Request) -> dict:
+        return service.apply_batch(await parse_body(request, WorkerBatchWire))
 
     @app.delete("/v1/tasks/{attempt_id:path}")
     async def delete_task(attempt_id: str,

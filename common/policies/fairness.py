@@ -73,6 +73,7 @@ def dominant_usage(
 
 class NoPreemption:
     name = "none"
+    preempts = False  # the GM skips looking for victims altogether
 
     def victim_queues(
         self, user: str, usage: Usage, demand: tuple[float, float] = NONE_USED
@@ -87,6 +88,7 @@ class FairShare:
     """Algorithm 2: a queue below its share may preempt queues above theirs."""
 
     name = "fair_share"
+    preempts = True
 
     def __init__(self, queues: Sequence[UserQueue]) -> None:
         validate_queues(queues)

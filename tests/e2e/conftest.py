@@ -55,17 +55,38 @@ class ComposeProject:
     def gm_url(self, gm: str) -> str:
         return f"http://127.0.0.1:{self.ports[gm]}"
 
+    def probe(self, service: str) -> tuple[bool, str]:
+        """Run the container's own health check command once, now: (passed, its output).
+
+        Docker runs it only every `interval` (sparse, so that an idle testbed stays quiet),
+        and first one interval after the start; a test asks when it needs to know."""
+        container = self.container(service)
+        container.reload()
+        if container.status != "running":
+            return False, container.status
+        kind, *command = container.attrs["Config"]["Healthcheck"]["Test"]
+        if kind == "CMD-SHELL":
+            command = ["/bin/sh", "-c", command[0]]
+        result = container.exec_run(command)
+        return result.exit_code == 0, result.output.decode(errors="replace").strip()
+
+    def health_status(self, service: str) -> str | None:
+        """Docker's own verdict from its last checks: starting, healthy or unhealthy."""
+        container = self.container(service)
+        container.reload()
+        return container.attrs["State"].get("Health", {}).get("Status")
+
     def wait_healthy(self, services: list[str], timeout: float = 240.0) -> None:
+        """Until each service passes its health check command (run here, not waited for)."""
         deadline = time.monotonic() + timeout
         for service in services:
             while True:
-                container = self.container(service)
-                container.reload()
-                health = container.attrs["State"].get("Health", {}).get("Status")
-                if health == "healthy":
+                passed, output = self.probe(service)
+                if passed:
                     break
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{service} is {health} after {timeout}s")
+                    raise TimeoutError(f"{service} fails its health check after {timeout}s: "
+                                       f"{output}")
                 time.sleep(0.5)
 
     def events(self) -> list[dict]:

@@ -205,7 +205,9 @@ class FakeGM:
         await self.http.aclose()
 
     async def _on_event(self, body: bytes) -> None:
-        self.events.append(json.loads(body))
+        batch = json.loads(body)  # one message per batch of one LM's events for this GM
+        assert batch["events"], batch
+        self.events.extend(batch["events"])
 
     async def _on_heartbeat(self, body: bytes) -> None:
         self.heartbeats.append(json.loads(body))

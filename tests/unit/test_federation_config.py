@@ -248,8 +248,8 @@ def test_defaults_fill_what_the_file_leaves_out() -> None:
     assert federation.seed == 0 and federation.num_constraints == 21
     timing = federation.timing
     assert (timing.heartbeat_interval, timing.worker_heartbeat_interval, timing.worker_timeout,
-            timing.lm_timeout, timing.attempt_grace, timing.tick_interval) == (
-        1.0, 1.0, 3.0, 5.0, 3.0, 0.1)
+            timing.lm_timeout, timing.attempt_grace, timing.tick_interval,
+            timing.heartbeat_keepalive) == (1.0, 1.0, 3.0, 5.0, 3.0, 0.25, None)
     policies = federation.policies
     assert (policies.job, policies.fairness, policies.placement, policies.local_queue,
             policies.work_conserving) == ("fifo", "fair_share", "first_fit", "srpt", True)
@@ -371,6 +371,9 @@ REFUSALS = [
      "timing.worker_heartbeat_interval"),
     ("heartbeat_interval = 1.0", "worker_timeout = 1.0", "timing.worker_timeout"),
     ("heartbeat_interval = 1.0", "heartbeat_interval = 6.0", "timing.lm_timeout"),
+    ("heartbeat_interval = 1.0", "heartbeat_keepalive = 0.5", "timing.heartbeat_keepalive"),
+    ("heartbeat_interval = 1.0", "heartbeat_keepalive = 5.0", "timing.heartbeat_keepalive"),
+    ("heartbeat_interval = 1.0", "heartbeat_keepalive = -1", "timing.heartbeat_keepalive"),
 ]
 
 

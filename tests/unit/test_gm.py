@@ -8,7 +8,13 @@ from harness import Federation
 
 from common.commands import SendLaunch
 from common.errors import InvalidInput
-from common.events import JobSubmitted, LMRequestFailed, PreemptRequested, TaskEventReceived
+from common.events import (
+    JobSubmitted,
+    LaunchRequested,
+    LMRequestFailed,
+    PreemptRequested,
+    TaskEventReceived,
+)
 from common.gm import GlobalMaster, GMConfig
 from common.lifecycle import TaskState
 from common.messages import RequestKind
@@ -116,9 +122,14 @@ def test_external_partitions_are_used_through_repartition_when_internal_is_full(
     fed = started(Federation.simple(num_lms=1, nodes_per_lm=2, constraints=NO_CONSTRAINTS,
                                     capacity=Resources(4000, 4096)))
     fed.submit("gm-1", job("j", "u1", 2, cpu=4000))
-    kinds = sorted(str(m.event.kind) for m in fed.network)
+    # one request in flight per LM: the repartition leaves when the launch is answered
+    assert [str(m.event.kind) for m in fed.network] == ["launch"]
+    kinds = []
+    while fed.network:
+        if isinstance(fed.network[0].event, LaunchRequested):
+            kinds.append(str(fed.network[0].event.kind))
+        fed.deliver(0)
     assert kinds == ["launch", "repartition"]
-    fed.run_until_quiet()
     lm = fed.lms["lm-1"]
     assert sorted(a.logical for a in lm.running.values()) == [False, True]
     assert events(fed, "repartition")[0]["from_gm"] == "gm-2"

@@ -32,10 +32,14 @@ from common.wire import (
     LMSnapshotWire,
     PlacementWire,
     PreemptRequest,
+    StopWire,
+    TaskEventBatchWire,
     TaskEventWire,
     TopologyCache,
+    WorkerBatchWire,
     WorkerHeartbeatWire,
     WorkerReport,
+    WorkerReportBatch,
     heartbeat_from_wire,
     job_from_wire,
     job_to_wire,
@@ -514,6 +518,11 @@ def test_message_kinds_route_every_message() -> None:
         "worker_report": report_to_wire(ReportToLM(Reason.STARTED, "a#1"), "w0"),
         "worker_heartbeat": worker_heartbeat_to_wire("w0", ()),
     }
+    samples["task_events"] = TaskEventBatchWire(events=[samples["task_event"]] * 2)
+    samples["worker_reports"] = WorkerReportBatch(reports=[samples["worker_report"]])
+    samples["worker_batch"] = WorkerBatchWire(start=[placement_to_wire(make_placement())],
+                                              stop=[StopWire(attempt_id="v#1",
+                                                             reason="preempted")])
     assert set(samples) == set(MESSAGE_KINDS)
     for kind, message in samples.items():
         model = MESSAGE_KINDS[kind]
