@@ -97,7 +97,10 @@ def gm_decisions_per_s(args, occupancy: float) -> tuple[float, float, list[SendL
     topologies, gms, queues = build(args.nodes, args.gms, args.lms, args.seed)
     lms = [LocalMaster(t) for t in topologies]
     fill(lms, occupancy, random.Random(args.seed + 1))
-    gm = GlobalMaster(GMConfig(gms[0], queues, fairness="none"), topologies=topologies)
+    # No LM answers here, so the request window must not hold launches back: every pass's
+    # batches are sent, as in the services when answers keep up.
+    gm = GlobalMaster(GMConfig(gms[0], queues, fairness="none", lm_window=10**9),
+                      topologies=topologies)
     for lm in lms:
         gm.handle(HeartbeatReceived("hb", lm.snapshot()), 0.0)
     workload = jobs(args.tasks, "u1", random.Random(args.seed + 2), f"occ{occupancy}-",

@@ -113,6 +113,15 @@ class CancelRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskEventBacklog:
+    """The driver's outbox of task events filled up (`full`) or drained again."""
+
+    stimulus_id: str
+    full: bool
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerTaskStarted:
     stimulus_id: str
     worker: str

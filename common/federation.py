@@ -24,6 +24,7 @@ Shape of the file (every key is optional unless marked required)::
     [limits]                       # the bounds of the queues between components
     gm_backlog_tasks = 5000        # a GM answers 429 to new jobs while this many tasks wait
     lm_requests_in_flight = 1      # per GM and LM; placements meanwhile join the next batch
+    lm_task_event_outbox = 20000   # an LM refuses new work while this many events wait
 
     [policies]
     job = "fifo"                   # or "slearn"
@@ -211,10 +212,14 @@ class Limits:
     gm_backlog_tasks: int = 5000
     # Requests one GM keeps in flight to one LM; placements made meanwhile join the next.
     lm_requests_in_flight: int = 1
+    # Task events an LM holds while RabbitMQ cannot take them; at this many it refuses new
+    # work (`lm_backlogged`) until half have left.
+    lm_task_event_outbox: int = 20_000
 
     def __post_init__(self) -> None:
         _int(self.gm_backlog_tasks, "limits.gm_backlog_tasks", minimum=1)
         _int(self.lm_requests_in_flight, "limits.lm_requests_in_flight", minimum=1)
+        _int(self.lm_task_event_outbox, "limits.lm_task_event_outbox", minimum=2)
 
 
 @dataclass(frozen=True, slots=True)

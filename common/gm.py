@@ -487,9 +487,10 @@ class GlobalMaster:
         """Each queue's (cpu, memory) fractions of the federation as this GM sees them: the
         LMs' last heartbeats, adjusted by the preemptions it asked for that they do not show
         yet (common/usage.py)."""
+        preemptions = self._preemptions.values()
         return estimate_usage(
-            ((slot.lm, slot.running, slot.running_ids()) for slot in self.view.order),
-            self._preemptions.values(), self.view.capacity)
+            ((slot.lm, slot.usage(), slot.running_ids() if preemptions else frozenset())
+             for slot in self.view.order), preemptions, self.view.capacity)
 
     def _fractions(self, victims: tuple[RunningInfo, ...]) -> tuple[float, float]:
         total_cpu, total_mem = self.view.capacity

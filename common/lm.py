@@ -32,6 +32,7 @@ from common.events import (
     DispatchFailed,
     LaunchRequested,
     PreemptRequested,
+    TaskEventBacklog,
     Tick,
     WorkerHeartbeat,
     WorkerTaskFailed,
@@ -119,6 +120,9 @@ class LocalMaster:
                 self.state.set_up(i, False)
         self.log = TransitionLog(story_len)
         self._snapshot_cache: LMSnapshot | None = None
+        # task events cannot leave (the driver's outbox is full): refuse new work meanwhile
+        self.backlogged = False
+        self._none_up = frozenbitarray(len(topology))
         self._handlers: dict[type, Callable[..., list[Command]]] = {
             LaunchRequested: self._on_launch,
             PreemptRequested: self._on_preempt,
@@ -128,6 +132,7 @@ class LocalMaster:
             WorkerTaskFailed: self._on_failed,
             DispatchFailed: self._on_dispatch_failed,
             WorkerHeartbeat: self._on_worker_heartbeat,
+            TaskEventBacklog: self._on_task_event_backlog,
             Tick: self._on_tick,
         }
 
@@ -183,6 +188,8 @@ class LocalMaster:
             return Reason.DUPLICATE
         if self.recovering:
             return Reason.LM_RECOVERING
+        if self.backlogged:
+            return Reason.LM_BACKLOGGED
         if i < 0:
             return Reason.UNKNOWN_NODE
         if not self.state.up[i]:
@@ -424,6 +431,24 @@ class LocalMaster:
                 Log("recovery_done", {"adopted": len(self.running), "unheard_workers": unheard})
             )
 
+    def _on_task_event_backlog(self, event: TaskEventBacklog, now: float) -> list[Command]:
+        """While its task events cannot leave, an LM takes no new work (each start and end
+        would add to what cannot leave) and shows its nodes unavailable, so that GMs stop
+        asking; when they drain, it shows them again."""
+        if event.full == self.backlogged:
+            return []
+        self.backlogged = event.full
+        self.state.journal.extend(range(len(self.topology)))  # every node's `up` as shown
+        self._snapshot_cache = None
+        self.log.record(now, event.stimulus_id, self.lm, "accepting" if event.full else
+                        "backlogged", "backlogged" if event.full else "accepting",
+                        f"{event.size} task events waiting")
+        name = "lm_backlogged" if event.full else "lm_accepting"
+        return [Log(name, {"lm": self.lm, "task_events_waiting": event.size})]
+
+    def _shown_up(self) -> frozenbitarray:
+        return self._none_up if self.backlogged else frozenbitarray(self.state.up)
+
     # -- time ----------------------------------------------------------------------------------
 
     def _on_tick(self, event: Tick, now: float) -> list[Command]:
@@ -469,7 +494,7 @@ class LocalMaster:
         self.seq += 1
         return LMSnapshot(self.lm, self.epoch, self.seq, self.topology,
                           tuple(self.state.free_cpu), tuple(self.state.free_mem),
-                          frozenbitarray(self.state.up), None, self.state.mark())
+                          self._shown_up(), None, self.state.mark())
 
     def snapshot(self) -> LMSnapshot:
         """The full partition state; cached until something changes, so idle is cheap."""
@@ -482,7 +507,7 @@ class LocalMaster:
                 topology=self.topology,
                 free_cpu=tuple(self.state.free_cpu),
                 free_mem=tuple(self.state.free_mem),
-                up=frozenbitarray(self.state.up),
+                up=self._shown_up(),
                 running=tuple(self._infos.values()),
                 changes=self.state.mark(),
                 attempts_by_gm={gm: tuple(ids) for gm, ids in self._ids_by_gm.items()},

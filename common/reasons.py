@@ -30,6 +30,9 @@ class Reason(StrEnum):
     VICTIM_GONE = "victim_gone"  # a preemption victim is no longer running there
     VICTIMS_INSUFFICIENT = "victims_insufficient"  # freeing the victims would not make room
     LM_RECOVERING = "lm_recovering"  # restarted LM still learning what its workers run
+    # the LM's task events cannot reach the GMs (RabbitMQ away) and its outbox is full: it
+    # takes nothing new until they drain, and meanwhile shows its nodes unavailable
+    LM_BACKLOGGED = "lm_backlogged"
     LM_UNREACHABLE = "lm_unreachable"
     # task-event kinds reported by LMs to the owning GM
     STARTED = "started"

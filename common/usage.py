@@ -7,9 +7,8 @@ attempt, its size counts for its queue, and while a heartbeat still lists a vict
 is taken off its queue. Each adjustment applies only as long as the heartbeats do not show it
 already, so nothing is counted twice: a queue's usage is never below zero (an earlier version
 added every pending preemption's effect on top of heartbeats that sometimes showed it already,
-and `/v1/queues` reported negative usage in the testbed). A usage can still run ahead of the
-truth by what finished since the last heartbeat; it is kept within [0, 1], the range of a
-fraction of the federation.
+and `/v1/queues` reported negative usage in the testbed). The property test of the federation
+(tests/unit/test_invariants.py) checks every GM's estimate stays within [0, 1] after every event.
 """
 
 from __future__ import annotations
@@ -43,23 +42,23 @@ class PendingPreemption:
         return tuple(victim.attempt_id for victim in self.victims)
 
 
-def estimate_usage(running_by_lm: Iterable[tuple[str, Iterable[RunningInfo], frozenset[str]]],
+def estimate_usage(listed_by_lm: Iterable[tuple[str, dict[str, list[int]], frozenset[str]]],
                    preemptions: Iterable[PendingPreemption],
                    capacity: tuple[int, int]) -> Usage:
-    """Usage per queue: `running_by_lm` gives, per LM, what its last heartbeat listed (and the
-    listed attempt ids); `preemptions` are those not yet settled by a heartbeat."""
+    """Usage per queue: `listed_by_lm` gives, per LM, what its last heartbeat listed (cpu and
+    memory per queue, and the listed attempt ids); `preemptions` are those not yet settled."""
     cpu: dict[str, int] = {}
     mem: dict[str, int] = {}
-    listed_by_lm: dict[str, frozenset[str]] = {}
-    for lm, running, listed in running_by_lm:
-        listed_by_lm[lm] = listed
-        for info in running:
-            cpu[info.user] = cpu.get(info.user, 0) + info.cpu_m
-            mem[info.user] = mem.get(info.user, 0) + info.mem_mib
+    ids_by_lm: dict[str, frozenset[str]] = {}
+    for lm, sums, listed in listed_by_lm:
+        ids_by_lm[lm] = listed
+        for user, (user_cpu, user_mem) in sums.items():
+            cpu[user] = cpu.get(user, 0) + user_cpu
+            mem[user] = mem.get(user, 0) + user_mem
     for pending in preemptions:
         if pending.refused:
             continue
-        listed = listed_by_lm.get(pending.lm, frozenset())
+        listed = ids_by_lm.get(pending.lm, frozenset())
         if pending.attempt_id not in listed:
             cpu[pending.user] = cpu.get(pending.user, 0) + pending.cpu_m
             mem[pending.user] = mem.get(pending.user, 0) + pending.mem_mib
@@ -68,9 +67,4 @@ def estimate_usage(running_by_lm: Iterable[tuple[str, Iterable[RunningInfo], fro
                 cpu[victim.user] -= victim.cpu_m
                 mem[victim.user] -= victim.mem_mib
     total_cpu, total_mem = capacity
-    return {user: (_fraction(cpu[user], total_cpu), _fraction(mem[user], total_mem))
-            for user in cpu}
-
-
-def _fraction(used: int, total: int) -> float:
-    return min(1.0, max(0.0, used / total))
+    return {user: (cpu[user] / total_cpu, mem[user] / total_mem) for user in cpu}

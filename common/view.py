@@ -47,6 +47,7 @@ class LMSlot:
     running: tuple[RunningInfo, ...] = ()
     _running_by_node: dict[int, list[RunningInfo]] | None = field(default=None, repr=False)
     _running_ids: frozenset[str] | None = field(default=None, repr=False)
+    _usage: dict[str, list[int]] | None = field(default=None, repr=False)
 
     @property
     def version(self) -> tuple[int, int]:
@@ -67,10 +68,26 @@ class LMSlot:
             self._running_ids = frozenset(info.attempt_id for info in self.running)
         return self._running_ids
 
+    def usage(self) -> dict[str, list[int]]:
+        """Cpu and memory per user queue of what the last heartbeat listed: summed once per
+        heartbeat, so a GM's usage estimate costs O(LMs), not O(running attempts)."""
+        if self._usage is None:
+            sums: dict[str, list[int]] = {}
+            for info in self.running:
+                used = sums.get(info.user)
+                if used is None:
+                    sums[info.user] = [info.cpu_m, info.mem_mib]
+                else:
+                    used[0] += info.cpu_m
+                    used[1] += info.mem_mib
+            self._usage = sums
+        return self._usage
+
     def set_running(self, running: tuple[RunningInfo, ...]) -> None:
         self.running = running
         self._running_by_node = None
         self._running_ids = None
+        self._usage = None
 
 
 class FederationView:

@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="prefix of the job ids; replaying with the same run id resubmits "
                           "the same jobs, which the GMs do not run twice (default: random)")
     run.add_argument("--timeout", type=float, default=600.0,
-                     help="seconds to wait for accepted jobs to finish (default 600)")
+                     help="seconds after the last job's scheduled time until every job is "
+                          "accepted (a GM's 429 is retried as told) and finished (default 600)")
     run.add_argument("--results", type=Path, default=None,
                      help="write the summary and every job's outcome to this JSON file")
     run.add_argument("--save", type=Path, default=None,

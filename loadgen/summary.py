@@ -1,5 +1,6 @@
-"""The figures of a replay: counts, allocation-time and job-completion-time percentiles, as a
-dictionary (for the results file and scripts) and as the text printed at the end."""
+"""The figures of a replay: counts, backpressure (answers 429 and the delay they caused),
+allocation-time and job-completion-time percentiles, as a dictionary (for the results file and
+scripts) and as the text printed at the end."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def summarize(result: ReplayResult) -> dict:
     allocation = [t for o in accepted for t in o.allocation_times()]
     jcts = [o.jct for o in accepted if o.jct is not None]
     late = [o.late_by for o in outcomes if o.late_by > LATE_AFTER]
+    held_back = [o for o in outcomes if o.held_back]
     return {
         "jobs": len(outcomes),
         "tasks": sum(len(o.job.tasks) for o in outcomes),
@@ -50,6 +52,13 @@ def summarize(result: ReplayResult) -> dict:
         "tasks_with_start_time": len(allocation),
         "late_submissions": len(late),
         "max_late_s": max(late, default=0.0),
+        # backpressure: answers 429 (each retried after its Retry-After), and the jobs it
+        # delayed (a 429, or a wait behind their GM's shut or narrowed gate)
+        "answers_429": sum(o.deferrals for o in outcomes),
+        "jobs_answered_429": sum(o.deferrals > 0 for o in outcomes),
+        "jobs_held_back": len(held_back),
+        "held_back_accepted_after_s": distribution(
+            [o.accepted_after for o in held_back if o.accepted_after is not None]),
         "allocation_time_s": distribution(allocation),
         "jct_s": distribution(jcts),
         "wall_s": result.wall_seconds,
@@ -63,6 +72,8 @@ def job_record(outcome: JobOutcome) -> dict:
             "tasks": len(outcome.job.tasks), "scheduled_s": outcome.job.arrival,
             "late_by_s": outcome.late_by, "status": outcome.status,
             "http_status": outcome.http_status, "detail": outcome.detail,
+            "attempts": outcome.attempts, "answers_429": outcome.deferrals,
+            "held_s": outcome.held_s, "accepted_after_s": outcome.accepted_after,
             "state": outcome.state, "reason": outcome.reason, "arrival": outcome.arrival,
             "finished_at": outcome.finished_at, "jct_s": outcome.jct,
             "allocation_times_s": outcome.allocation_times()}
@@ -80,6 +91,15 @@ def _s(figures: dict[str, float] | None) -> str:
         return "none measured"
     order = ["mean"] + [f"p{p}" for p in PERCENTILES] + ["max"]
     return "  ".join(f"{key} {figures[key]:.2f}" for key in order)
+
+
+def _backpressure(summary: dict) -> str:
+    waits = summary["held_back_accepted_after_s"]
+    accepted = ("none accepted" if waits is None else
+                f"accepted after p50 {waits['p50']:.1f} s, max {waits['max']:.1f} s")
+    return (f"  backpressure  {summary['answers_429']} answers 429 for "
+            f"{summary['jobs_answered_429']} jobs (retried as told); "
+            f"{summary['jobs_held_back']} jobs held back, {accepted}")
 
 
 SHOWN_REASONS = 5  # distinct rejection reasons the printed summary lists
@@ -101,9 +121,12 @@ def render(summary: dict) -> str:
         others = sum(count for _, count in reasons[SHOWN_REASONS:])
         lines.append(f"  refused x{others}: {len(reasons) - SHOWN_REASONS} other reason(s), "
                      f"every one in the --results file")
-    lines += [
+    lines.append(
         f"  late        {summary['late_submissions']} submission(s) more than "
-        f"{LATE_AFTER * 1000:.0f} ms behind schedule (worst {summary['max_late_s']:.3f} s)",
+        f"{LATE_AFTER * 1000:.0f} ms behind schedule (worst {summary['max_late_s']:.3f} s)")
+    if summary["answers_429"]:
+        lines.append(_backpressure(summary))
+    lines += [
         f"  allocation  ms over {summary['tasks_with_start_time']} tasks, "
         f"from arrival at the GM to start on a worker: {_ms(summary['allocation_time_s'])}",
         f"  jct         s over {summary['completed']} jobs: {_s(summary['jct_s'])}",

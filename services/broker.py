@@ -11,7 +11,9 @@ the broker's heartbeats for as long as it runs, as a busy BlockingConnection cal
 
 Topology:
 - `megha.heartbeats`, a fanout exchange: LMs publish their snapshots; every GM reads them
-  through its own exclusive, server-named queue (a restarted GM wants only fresh ones).
+  through its own exclusive, server-named queue (a restarted GM wants only fresh ones),
+  bounded: past `max_length` messages the oldest are dropped (a GM that fell behind needs
+  the latest snapshot of each LM, not the backlog of old ones).
 - `megha.task_events`, a direct exchange routed by GM id into the durable queue
   `megha.task_events.<gm>`: a GM that is down finds its events waiting when it comes back.
 - `megha.jobs.<user>`, one durable queue per user queue, published to with persistent
@@ -64,6 +66,7 @@ class _Consumer:
     bind_exchange: str = ""
     routing_key: str = ""
     prefetch: int = 100
+    max_length: int | None = None  # messages the queue holds; past it the oldest are dropped
 
 
 class Broker:
@@ -113,9 +116,12 @@ class Broker:
         self._consumers.append(_Consumer(queue, handler, True, bind_exchange, routing_key,
                                          prefetch))
 
-    def consume_fanout(self, exchange: str, handler: Handler, *, prefetch: int = 100) -> None:
-        """A fresh exclusive queue on every connection, bound to a fanout exchange."""
-        self._consumers.append(_Consumer("", handler, False, exchange, "", prefetch))
+    def consume_fanout(self, exchange: str, handler: Handler, *, prefetch: int = 100,
+                       max_length: int | None = None) -> None:
+        """A fresh exclusive queue on every connection, bound to a fanout exchange; with
+        `max_length`, RabbitMQ drops the oldest messages past that many."""
+        self._consumers.append(_Consumer("", handler, False, exchange, "", prefetch,
+                                         max_length))
 
     async def start(self, wait: bool = True) -> None:
         """Connect in the background; with `wait`, until the first connection is up."""
@@ -246,9 +252,11 @@ class Broker:
         self._connected.set()
 
     async def _start_consumer(self, channel, consumer: _Consumer) -> None:
+        arguments = (None if consumer.max_length is None else
+                     {"x-max-length": consumer.max_length, "x-overflow": "drop-head"})
         declared = await self._callback(lambda cb: channel.queue_declare(
             queue=consumer.queue, durable=consumer.durable, exclusive=not consumer.durable,
-            auto_delete=not consumer.durable, callback=cb))
+            auto_delete=not consumer.durable, arguments=arguments, callback=cb))
         queue = declared.method.queue
         if consumer.bind_exchange:
             await self._callback(lambda cb: channel.queue_bind(

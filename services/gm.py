@@ -28,6 +28,7 @@ import os
 import time
 import uuid
 from collections import deque
+from functools import partial
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Query
@@ -59,6 +60,7 @@ from common.wire import (
     preempt_request_to_wire,
     task_event_from_wire,
 )
+from services.batching import BatchSender
 from services.broker import (
     HEARTBEAT_EXCHANGE,
     TASK_EVENTS_EXCHANGE,
@@ -87,6 +89,11 @@ LM_CONNECT_TRIES = 3  # an LM that refuses connections is down: give up after th
 # and add duplicate work to an overloaded federation (a congestion collapse, measured with
 # benchmarks/bench_services.py).
 LM_SLOW_DEADLINE = 30.0
+# Heartbeats waiting for this GM in RabbitMQ: past this many the oldest are dropped (each
+# LM's newest snapshot supersedes its older ones).
+HEARTBEAT_QUEUE_LIMIT = 200
+CANCEL_BATCH = 50  # cancels sent one after another per turn of an LM's cancel outbox
+CANCEL_OUTBOX_LIMIT = 1000
 RETRY_AFTER_MIN, RETRY_AFTER_MAX = 1, 30  # seconds a refused client is told to wait
 DRAIN_WINDOW = 10.0  # seconds over which the backlog's drain rate is measured
 ENDED_FEED_MAX = 1000  # jobs per answer of GET /v1/jobs?ended_after=
@@ -129,6 +136,7 @@ class GMService:
         # published, not yet taken out of the broker queue: job id -> its number of tasks
         self._accepted: dict[str, int] = {}
         self._accepted_tasks = 0
+        self._publishing: dict[str, asyncio.Future] = {}  # job id -> its publish's outcome
         self.backlog_limit = federation.limits.gm_backlog_tasks
         self._drain_samples: deque[tuple[float, int]] = deque()  # (time, tasks placed)
         self._refusing_since: float | None = None  # an episode of 429s, for its events
@@ -138,7 +146,14 @@ class GMService:
                                      registry=self.runner.registry)
         self.runner.on(SendLaunch, lambda c: self.runner.spawn(self._send_launch(c)))
         self.runner.on(SendPreempt, lambda c: self.runner.spawn(self._send_preempt(c)))
-        self.runner.on(SendCancel, lambda c: self.runner.spawn(self._send_cancel(c)))
+        # Cancels (a duplicate attempt that lost the race) are best effort: one LM at a time,
+        # a bounded outbox, and past it dropped and logged (the duplicate then runs to its end
+        # and its finish is ignored: the first finish wins).
+        self.cancel_outboxes = {
+            lm.id: BatchSender(f"cancels to {lm.id}", partial(self._send_cancels, lm.id),
+                               max_batch=CANCEL_BATCH, limit=CANCEL_OUTBOX_LIMIT)
+            for lm in federation.lms}
+        self.runner.on(SendCancel, self._queue_cancel)
         self.runner.on(JobEnded, self._job_ended)
 
     # -- life ------------------------------------------------------------------------------------
@@ -159,8 +174,11 @@ class GMService:
         self.broker.consume_queue(task_events_queue(self.gm_id), self._on_task_events,
                                   bind_exchange=TASK_EVENTS_EXCHANGE, routing_key=self.gm_id,
                                   prefetch=500)
-        self.broker.consume_fanout(HEARTBEAT_EXCHANGE, self._on_heartbeat, prefetch=200)
+        self.broker.consume_fanout(HEARTBEAT_EXCHANGE, self._on_heartbeat, prefetch=200,
+                                   max_length=HEARTBEAT_QUEUE_LIMIT)
         await self.client.start()
+        for outbox in self.cancel_outboxes.values():
+            self.runner.spawn(outbox.run(), outbox.name)
         await self.broker.start(wait=False)
         interval = self.federation.timing.tick_interval
         self.runner.spawn(self.runner.tick_forever(
@@ -183,19 +201,37 @@ class GMService:
             self.core.check_job(job)
         except InvalidInput as error:
             raise invalid(error) from None
+        publishing = self._publishing.get(job_id)
+        if publishing is not None:  # the same job, submitted again while its first is on its way
+            await asyncio.shield(publishing)
+            return job_id
         if job_id in self._accepted or job_id in self.core.jobs or self.store.state_of(job_id):
             return job_id  # idempotent: a retried submission is the same job
         self._admit(len(sub.tasks))
-        message = json.dumps({"job_id": job_id, "arrival": arrival,
-                              "job": json.loads(sub.model_dump_json())})
+        # Counted before publishing: this GM's consumer may take the message before the
+        # publish returns, and it takes the job off the count (counting after would leave
+        # every such job counted for ever, and the GM refusing everything once it added up).
+        self._accepted[job_id] = len(sub.tasks)
+        self._accepted_tasks += len(sub.tasks)
+        done = self._publishing[job_id] = asyncio.get_running_loop().create_future()
+        # the submission as its wire model writes it, framed without parsing it again
+        message = (f'{{"job_id":{json.dumps(job_id)},"arrival":{arrival!r},'
+                   f'"job":{sub.model_dump_json()}}}')
         try:
             await self.broker.publish("", jobs_queue(sub.user), message.encode(),
                                       persistent=True, timeout=5.0)
         except BrokerUnavailable as error:
-            raise HTTPException(503, detail=f"job not accepted: {error}") from None
-        if job_id not in self._accepted:
-            self._accepted[job_id] = len(sub.tasks)
-            self._accepted_tasks += len(sub.tasks)
+            # not confirmed: maybe not stored; the client is told so and may send it again
+            self._accepted_tasks -= self._accepted.pop(job_id, 0)
+            refused = HTTPException(503, detail=f"job not accepted: {error}")
+            done.set_exception(refused)
+            raise refused from None
+        finally:
+            del self._publishing[job_id]
+            if not done.done():
+                done.set_result(None)
+            elif done.exception() is not None:
+                done.exception()  # retrieved: no "never retrieved" warning
         self.log.emit("job_accepted", {"job": job_id, "user": sub.user, "gm": self.gm_id,
                                        "tasks": len(sub.tasks), "arrival": arrival})
         return job_id
@@ -328,11 +364,19 @@ class GMService:
         self.runner.handle(LMRequestFailed(self.runner.stimulus("request_failed"), lm,
                                            request_id))
 
-    async def _send_cancel(self, command: SendCancel) -> None:
-        url = self.endpoints.url(command.lm) + "/v1/cancel"
-        with contextlib.suppress(PeerError):
-            body = CancelRequest(gm=self.gm_id, attempt_id=command.attempt_id)
-            await self.client.post(url, body.model_dump_json())
+    def _queue_cancel(self, command: SendCancel) -> None:
+        outbox = self.cancel_outboxes.get(command.lm)
+        if outbox is None or not outbox.offer(command.attempt_id):
+            self.log.emit("cancel_dropped", {"gm": self.gm_id, "lm": command.lm,
+                                             "attempt": command.attempt_id,
+                                             "reason": "outbox full" if outbox else "unknown LM"})
+
+    async def _send_cancels(self, lm: str, attempt_ids) -> None:
+        url = self.endpoints.url(lm) + "/v1/cancel"
+        for attempt_id in attempt_ids:
+            with contextlib.suppress(PeerError):
+                body = CancelRequest(gm=self.gm_id, attempt_id=attempt_id)
+                await self.client.post(url, body.model_dump_json())
 
     # -- questions -------------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ heartbeats and a clock into its events, and carries out its commands:
   as failed dispatches (their attempts end lost and their GMs place them again);
 - `PublishTaskEvent`: an in-memory outbox drained by one publisher, one message per GM per
   batch, each retried until RabbitMQ confirms it, so events survive a broker outage and keep
-  their order;
+  their order. Bounded: at `limits.lm_task_event_outbox` events the core is told
+  (`TaskEventBacklog`) and refuses new work until half have left;
 - `PublishHeartbeat`: published if RabbitMQ is there, dropped if not (the next one replaces it).
 
 A process always starts recovering: until its workers have told it what they run (or the
@@ -52,7 +53,7 @@ from common.commands import (
     StartOnWorker,
     StopOnWorker,
 )
-from common.events import CancelRequested, DispatchFailed, Tick
+from common.events import CancelRequested, DispatchFailed, TaskEventBacklog, Tick
 from common.federation import Federation
 from common.lm import LocalMaster
 from common.startlog import lm_capacity
@@ -145,6 +146,7 @@ class LMService:
         self.worker_urls = {worker: endpoints.url(worker) for worker in set(topology.workers)}
         self.broker = Broker(amqp_url, lm_id, events=self.log.emit)
         self.task_events: asyncio.Queue[_OutgoingEvent] = asyncio.Queue()
+        self.outbox_limit = federation.limits.lm_task_event_outbox
         self._publishing: int | None = None  # events taken from the queue, not confirmed yet
         self.broker_link = PeerLink(self.log, "task_events_delayed", "task_events_flowing",
                                     {"lm": lm_id})
@@ -339,6 +341,17 @@ class LMService:
     def _queue_task_event(self, command: PublishTaskEvent) -> None:
         self.task_events.put_nowait(_OutgoingEvent(command.gm,
                                                    task_event_to_wire(command.event)))
+        if not self.core.backlogged and self.outbox_size() >= self.outbox_limit:
+            # after the core's current event, not inside it
+            asyncio.get_running_loop().call_soon(self._check_backlog)
+
+    def _check_backlog(self) -> None:
+        """Tell the core when the outbox fills up, and when it has half drained again."""
+        size = self.outbox_size()
+        full = size >= self.outbox_limit if not self.core.backlogged else (
+            size > self.outbox_limit // 2)
+        if full != self.core.backlogged:
+            self.runner.handle(TaskEventBacklog(self.runner.stimulus("backlog"), full, size))
 
     async def _drain_task_events(self) -> None:
         """The only publisher of task events: what queued meanwhile, one message per GM.
@@ -388,6 +401,8 @@ class LMService:
                     delay = min(MAX_PUBLISH_BACKOFF, delay * 2)
                 self._publishing = sum(map(len, by_gm.values())) or None
             self.broker_link.answered(pending=self.outbox_size())
+            if self.core.backlogged:
+                self._check_backlog()
 
     def outbox_size(self) -> int:
         return self.task_events.qsize() + (self._publishing or 0)
@@ -414,7 +429,10 @@ class LMService:
         snapshot = json.loads(snapshot_to_wire(self.core.snapshot()).model_dump_json())
         return {"lm": self.lm_id, "epoch": self.core.epoch, "recovering": self.core.recovering,
                 "broker_connected": self.broker.connected,
-                "task_event_outbox": self.outbox_size(), "snapshot": snapshot}
+                "task_event_outbox": self.outbox_size(), "task_event_outbox_limit":
+                self.outbox_limit, "backlogged": self.core.backlogged,
+                "worker_outbox": {w: len(o) for w, o in self.worker_outboxes.items()},
+                "snapshot": snapshot}
 
 
 def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_url: str, *,
@@ -474,7 +492,8 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
     async def healthz() -> dict:
         # healthy while RabbitMQ is away: the outbox holds task events until it is back
         return {"lm": lm_id, "epoch": service.core.epoch, "recovering": service.core.recovering,
-                "broker_connected": service.broker.connected}
+                "broker_connected": service.broker.connected,
+                "backlogged": service.core.backlogged}
 
 
     add_shared_routes(app, service.core, service.runner.registry)

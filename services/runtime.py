@@ -38,6 +38,9 @@ class CoreRunner:
             registry=self.registry,
             buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0))
         self._tasks: set[asyncio.Task] = set()
+        # per event type: its counter and histogram children (labels() is a dict lookup
+        # under a lock, paid twice per event otherwise)
+        self._metrics: dict[type, tuple] = {}
 
     def on(self, command_type: type, executor: Callable) -> None:
         self.executors[command_type] = executor
@@ -50,9 +53,13 @@ class CoreRunner:
         started = time.perf_counter()
         commands = self.core.handle(event, time.time())
         elapsed = time.perf_counter() - started
-        name = type(event).__name__
-        self.events_total.labels(name).inc()
-        self.handle_seconds.labels(name).observe(elapsed)
+        metrics = self._metrics.get(type(event))
+        if metrics is None:
+            name = type(event).__name__
+            metrics = self._metrics[type(event)] = (self.events_total.labels(name),
+                                                    self.handle_seconds.labels(name))
+        metrics[0].inc()
+        metrics[1].observe(elapsed)
         unhandled = []
         with self.log.together():
             for command in commands:

@@ -4,9 +4,10 @@ The decisions (what runs, what queues, in which order, what is reported) are the
 `WorkerAgent` (common/worker.py); this shell turns HTTP calls into its events and carries
 out its commands:
 
-- `RunTask`: an asyncio task holds the resources for the task's duration (or burns real CPU
-  in a thread with `burn_cpu`), then feeds `TaskRunEnded` with the measured wall runtime;
-- `KillTask`: cancels that asyncio task (no `TaskRunEnded` follows);
+- `RunTask`: a timer holds the resources for the task's duration (an asyncio task instead
+  when it runs until killed, or burns real CPU in a thread with `burn_cpu`), then feeds
+  `TaskRunEnded` with the measured wall runtime;
+- `KillTask`: cancels that timer or task (no `TaskRunEnded` follows);
 - `ReportToLM`: appended to one outbox (services/batching.py) that keeps one
   `POST /v1/worker/reports` in flight and puts whatever queued meanwhile in the next one, so
   reports reach the LM in the order the core made them, survive an LM that is briefly away,
@@ -114,7 +115,8 @@ class WorkerService:
         self.core = WorkerAgent(worker_id, self.nodes,
                                 queue_policy=federation.policies.local_queue)
         self.runner = CoreRunner(self.core, worker_id, self.log)
-        self.runs: dict[str, asyncio.Task] = {}  # attempt id -> the task holding its resources
+        # attempt id -> what holds its resources: a timer, or a task (burn_cpu, no duration)
+        self.runs: dict[str, asyncio.TimerHandle | asyncio.Task] = {}
         self.outbox: BatchSender[_OutgoingReport] = BatchSender(
             f"{worker_id} reports", self._deliver, max_batch=REPORT_BATCH,
             limit=REPORT_OUTBOX_LIMIT, min_interval=REPORT_PACE, on_error=self._outbox_failed)
@@ -156,7 +158,10 @@ class WorkerService:
         self._spawn(self._heartbeat_forever(), "heartbeat")
 
     async def stop(self) -> None:
-        await self.runner.stop()  # also cancels the runs: no TaskRunEnded after this
+        for run in self.runs.values():  # no TaskRunEnded after this
+            run.cancel()
+        self.runs.clear()
+        await self.runner.stop()
         await self.client.close()
 
     def _spawn(self, coroutine, name: str) -> asyncio.Task:
@@ -217,23 +222,39 @@ class WorkerService:
     # -- executors ---------------------------------------------------------------------------
 
     def _run_task(self, command: RunTask) -> None:
-        self.runs[command.attempt_id] = self._spawn(self._hold(command),
-                                                    f"run {command.attempt_id}")
+        if self.burn_cpu or command.duration is None:
+            self.runs[command.attempt_id] = self._spawn(self._hold(command),
+                                                        f"run {command.attempt_id}")
+            return
+        # A timer, not a task: a task per run cost the worker more than the run's own
+        # bookkeeping at a few hundred runs a second (benchmarks/bench_services.py).
+        self.runs[command.attempt_id] = asyncio.get_running_loop().call_later(
+            command.duration, self._ended, command.attempt_id, time.monotonic())
 
     async def _hold(self, command: RunTask) -> None:
         started = time.monotonic()
         try:
             if self.burn_cpu:
                 await _burn_cpu(command.duration)
-            elif command.duration is None:
-                await asyncio.Event().wait()  # until killed
             else:
-                await asyncio.sleep(command.duration)
+                await asyncio.Event().wait()  # until killed
         finally:
             self.runs.pop(command.attempt_id, None)
+        self._report_end(command.attempt_id, started)
+
+    def _ended(self, attempt_id: str, started: float) -> None:
+        if self.runs.pop(attempt_id, None) is None:
+            return
+        try:
+            self._report_end(attempt_id, started)
+        except Exception as error:  # a timer's exception would reach only asyncio's handler
+            self.log.emit("background_task_failed", {"task": f"run {attempt_id}",
+                                                     "error": repr(error)[:500]})
+
+    def _report_end(self, attempt_id: str, started: float) -> None:
         runtime = time.monotonic() - started
-        self.runner.handle(TaskRunEnded(self.runner.stimulus("run_ended"),
-                                        command.attempt_id, runtime))
+        self.runner.handle(TaskRunEnded(self.runner.stimulus("run_ended"), attempt_id,
+                                        runtime))
 
     def _kill_task(self, command: KillTask) -> None:
         run = self.runs.pop(command.attempt_id, None)

@@ -1,125 +1,27 @@
-"""The compose testbed under test: real containers, driven with the docker SDK and the
-`docker compose` CLI, from a project name of its own so that it never touches a testbed a
-user has running, and torn down (and checked gone) whatever happens."""
+"""The compose testbed under test (compose_project.py), torn down (and checked gone) whatever
+happens, and the checks the tests make of a replay and of the services' event logs."""
 
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import socket
 import subprocess
-import sys
-import time
-import uuid
+from collections import defaultdict
 from pathlib import Path
 
 import docker
 import httpx
 import pytest
+from compose_project import CONFIG, ROOT, SERVICES, ComposeProject
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "deploy" / "federation.toml"
-PROJECT_LABEL = "com.docker.compose.project"
+from common.federation import Federation, load_federation
 
+__all__ = ["CONFIG", "ROOT", "SERVICES", "ComposeProject", "accepted_jobs_all_done",
+           "no_node_overcommitted"]
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class ComposeProject:
-    def __init__(self, client: docker.DockerClient) -> None:
-        self.client = client
-        self.project = f"megha-e2e-{uuid.uuid4().hex[:6]}"
-        self.ports = {"gm-1": free_port(), "gm-2": free_port()}
-        self.env = dict(os.environ, COMPOSE_BAKE="false",
-                        MEGHA_RABBITMQ_PASSWORD=secrets.token_urlsafe(12),
-                        MEGHA_GM1_PORT=str(self.ports["gm-1"]),
-                        MEGHA_GM2_PORT=str(self.ports["gm-2"]))
-
-    def compose(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        done = subprocess.run(["docker", "compose", "-p", self.project, *args], cwd=ROOT,
-                              env=self.env, capture_output=True, text=True, timeout=timeout)
-        if done.returncode != 0:
-            raise RuntimeError(f"docker compose {' '.join(args)} failed:\n{done.stderr[-3000:]}")
-        return done
-
-    def container(self, service: str):
-        found = self.client.containers.list(all=True, filters={"label": [
-            f"{PROJECT_LABEL}={self.project}", f"com.docker.compose.service={service}"]})
-        assert len(found) == 1, f"{service}: {len(found)} containers"
-        return found[0]
-
-    def gm_url(self, gm: str) -> str:
-        return f"http://127.0.0.1:{self.ports[gm]}"
-
-    def probe(self, service: str) -> tuple[bool, str]:
-        """Run the container's own health check command once, now: (passed, its output).
-
-        Docker runs it only every `interval` (sparse, so that an idle testbed stays quiet),
-        and first one interval after the start; a test asks when it needs to know."""
-        container = self.container(service)
-        container.reload()
-        if container.status != "running":
-            return False, container.status
-        kind, *command = container.attrs["Config"]["Healthcheck"]["Test"]
-        if kind == "CMD-SHELL":
-            command = ["/bin/sh", "-c", command[0]]
-        result = container.exec_run(command)
-        return result.exit_code == 0, result.output.decode(errors="replace").strip()
-
-    def health_status(self, service: str) -> str | None:
-        """Docker's own verdict from its last checks: starting, healthy or unhealthy."""
-        container = self.container(service)
-        container.reload()
-        return container.attrs["State"].get("Health", {}).get("Status")
-
-    def wait_healthy(self, services: list[str], timeout: float = 240.0) -> None:
-        """Until each service passes its health check command (run here, not waited for)."""
-        deadline = time.monotonic() + timeout
-        for service in services:
-            while True:
-                passed, output = self.probe(service)
-                if passed:
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{service} fails its health check after {timeout}s: "
-                                       f"{output}")
-                time.sleep(0.5)
-
-    def events(self) -> list[dict]:
-        """Every JSON event line every container of the project wrote, in time order."""
-        events = []
-        for container in self.client.containers.list(
-                all=True, filters={"label": f"{PROJECT_LABEL}={self.project}"}):
-            for line in container.logs(stdout=True, stderr=False).decode().splitlines():
-                if line.startswith("{"):
-                    events.append(json.loads(line))
-        events.sort(key=lambda event: event["ts"])
-        return events
-
-    def replay(self, *args: str, timeout: float = 400) -> tuple[subprocess.Popen, Path]:
-        """`megha replay` from the host against the GMs' published ports, in the background."""
-        results = Path(f"/tmp/{self.project}-{uuid.uuid4().hex[:6]}.json")
-        gms = [f"--gm={gm}={self.gm_url(gm)}" for gm in self.ports]
-        process = subprocess.Popen(
-            [sys.executable, "-m", "megha", "replay", "--config", str(CONFIG), *gms,
-             "--results", str(results), "--timeout", str(timeout), *args],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        return process, results
-
-    def leftovers(self) -> dict[str, list[str]]:
-        label = {"label": f"{PROJECT_LABEL}={self.project}"}
-        return {
-            "containers": [c.name for c in self.client.containers.list(all=True, filters=label)],
-            "networks": [n.name for n in self.client.networks.list(filters=label)],
-            "volumes": [v.name for v in self.client.volumes.list(filters=label)],
-        }
-
-    def down(self) -> None:
-        self.compose("down", "--volumes", "--remove-orphans", "--timeout", "5")
+# The ends of an attempt at its LM (common/lm.py `_end` logs `task_{reason}`): each gives the
+# attempt's resources back to its node.
+ATTEMPT_ENDS = frozenset({"task_finished", "task_failed", "task_lost", "task_preempted",
+                          "task_cancelled"})
 
 
 @pytest.fixture(scope="session")
@@ -155,3 +57,55 @@ def accepted_jobs_all_done(bed: ComposeProject, results: Path) -> dict:
                 state = httpx.get(f"{url}/v1/jobs/{job['job']}", timeout=10).json()["state"]
                 assert state == "done", (job["job"], state)
     return outcome
+
+
+def no_node_overcommitted(events: list[dict],
+                          federation: Federation | None = None) -> dict[str, int]:
+    """Replay each LM's own events and check that no node ever held more cpu or memory than
+    it has; returns how many launches and adoptions were counted.
+
+    `task_launched` (which carries the demand) takes resources on its node, any end of that
+    attempt at the LM (ATTEMPT_ENDS) gives them back, and `attempt_adopted` (a restarted LM
+    re-taking an attempt its worker still runs) takes them again, with the demand of the
+    attempt's launch. A new `lm_started` is a new process that holds nothing until it adopts.
+    Only an LM's own events count for its nodes: they come from one process in the order it
+    wrote them, while stamps of different processes are not ordered against each other. An
+    end of an attempt the LM does not hold, or a second take of one it holds, fails too:
+    either would make the sums meaningless."""
+    federation = federation or load_federation(CONFIG.read_text(), str(CONFIG))
+    counts = {"launched": 0, "adopted": 0, "ended": 0}
+    demand: dict[str, tuple[int, int]] = {}  # attempt -> (cpu_m, mem_mib), from its launch
+    for lm in federation.lms:
+        topology = federation.topology(lm.id)
+        capacity = {node: (cpu, mem) for node, cpu, mem
+                    in zip(topology.node_ids, topology.cap_cpu, topology.cap_mem, strict=True)}
+        used: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        held: dict[str, tuple[str, int, int]] = {}  # attempt -> (node, cpu_m, mem_mib)
+        for event in events:
+            if event.get("svc") != lm.id:
+                continue
+            name, attempt = event["event"], event.get("attempt")
+            if name == "lm_started":
+                used.clear()
+                held.clear()
+            elif name in ("task_launched", "attempt_adopted"):
+                if name == "task_launched":
+                    demand[attempt] = (event["cpu_m"], event["mem_mib"])
+                cpu, mem = demand[attempt]
+                node = event["node"]
+                assert attempt not in held, f"{lm.id} took {attempt} twice: {event}"
+                held[attempt] = (node, cpu, mem)
+                total = used[node]
+                total[0] += cpu
+                total[1] += mem
+                assert total[0] <= capacity[node][0] and total[1] <= capacity[node][1], (
+                    f"{node} over-committed: {total[0]} m / {total[1]} MiB held, capacity "
+                    f"{capacity[node]}, at {event}")
+                counts["launched" if name == "task_launched" else "adopted"] += 1
+            elif name in ATTEMPT_ENDS:
+                assert attempt in held, f"{lm.id} ended {attempt}, which it did not hold: {event}"
+                node, cpu, mem = held.pop(attempt)
+                used[node][0] -= cpu
+                used[node][1] -= mem
+                counts["ended"] += 1
+    return counts

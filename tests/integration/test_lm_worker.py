@@ -63,9 +63,10 @@ def strict_json(line: str) -> dict:
 class Processes:
     """The services one test started; each incarnation logs to a file of its own."""
 
-    def __init__(self, tmp_path: Path, amqp_url: str) -> None:
+    def __init__(self, tmp_path: Path, amqp_url: str, config: Path = CONFIG) -> None:
         self.dir = tmp_path
         self.amqp_url = amqp_url
+        self.config = config
         self.endpoints = Endpoints({service: f"http://127.0.0.1:{free_port()}"
                                     for service in MODULES})
         self.running: dict[str, subprocess.Popen] = {}
@@ -79,7 +80,7 @@ class Processes:
     def start(self, service: str) -> None:
         self._incarnations[service] += 1
         path = self.dir / f"{service.replace('/', '_')}.{self._incarnations[service]}.log"
-        env = dict(os.environ, MEGHA_CONFIG=str(CONFIG), MEGHA_ID=service,
+        env = dict(os.environ, MEGHA_CONFIG=str(self.config), MEGHA_ID=service,
                    MEGHA_AMQP_URL=self.amqp_url, PYTHONPATH=str(ROOT))
         env[ENDPOINTS_ENV] = self.endpoints.render()
         # stderr too: a traceback would be a line that is not JSON, and the test would say so
@@ -427,7 +428,9 @@ def test_a_killed_worker_has_its_nodes_marked_down_and_its_tasks_lost(procs):
             assert snapshot["free_cpu"] == list(TOPOLOGY.cap_cpu)
             retry = placement(unique_job(), N0)
             assert reasons(await gm.launch([retry])) == ["node_down"]
-            assert any(hb["up"] == "0" for hb in gm.heartbeats)
+            # heartbeats keep their own beat: the GM hears of it within one interval
+            await until(lambda: any(hb["up"] == "0" for hb in gm.heartbeats),
+                        TIMING.heartbeat_interval + 1, "a heartbeat showing the node down")
 
     run(procs, scenario)
 
@@ -501,3 +504,41 @@ def test_task_events_wait_in_the_outbox_while_rabbitmq_is_down(procs):
             assert 'megha_lm_heartbeats_total{result="dropped"}' in metrics
 
     run(procs, scenario)
+
+
+def test_an_lm_whose_task_events_cannot_leave_takes_no_new_work(tmp_path, amqp_url):
+    """The LM's outbox of task events is bounded: with RabbitMQ away and the outbox full, the
+    LM refuses launches (`lm_backlogged`) and shows its nodes unavailable; once the events
+    have left it takes work again."""
+    config = tmp_path / "federation.toml"
+    config.write_text(CONFIG.read_text() + "\n[limits]\nlm_task_event_outbox = 2\n")
+    procs = Processes(tmp_path, amqp_url, config)
+    first = placement(unique_job(), N0, duration=0.2)
+    second = placement(unique_job(), N1, duration=0.2)
+
+    async def scenario() -> None:
+        async with FakeGM(procs) as gm:
+            await start_both(procs, gm)
+            await asyncio.to_thread(rabbitmq, "stop")
+            try:
+                assert reasons(await gm.launch([first])) == ["launched"]
+                # its start and its end fill the outbox of two
+                await until(lambda: any(r["event"] == "lm_backlogged"
+                                        for r in procs.lines(LM)), 5, "the LM backlogged")
+                reply = await gm.launch([second])
+                assert reasons(reply) == ["lm_backlogged"]
+                assert int(reply["snapshot"]["up"], 16) == 0  # no node offered meanwhile
+                health = (await gm.http.get(procs.url(LM) + "/healthz")).json()
+                assert health["backlogged"] is True
+            finally:
+                await asyncio.to_thread(rabbitmq, "start")
+            await gm.event(first["attempt_id"], "finished", timeout=20)
+            await until(lambda: any(r["event"] == "lm_accepting" for r in procs.lines(LM)),
+                        10, "the LM accepting again once its events left")
+            assert reasons(await gm.launch([second])) == ["launched"]
+            await gm.event(second["attempt_id"], "finished", timeout=10)
+
+    try:
+        run(procs, scenario)
+    finally:
+        procs.stop_all()

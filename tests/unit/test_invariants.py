@@ -12,7 +12,8 @@ three GMs, two LMs of three small nodes. After every step it checks:
 2. no task is DONE twice and no attempt id is started twice by workers;
 5. a task lands in a GM's external partition only through a repartition (or preemption)
    the LM approved, and the LM's `logical` flag says so;
-6. a preemption stops only victims the GM named and the LM had running on that node.
+6. a preemption stops only victims the GM named and the LM had running on that node;
+7. every GM's estimate of every queue's usage is a fraction: within [0, 1].
 
 At the end it revives every worker and drains the federation, then checks:
 
@@ -373,6 +374,15 @@ class FederationMachine(RuleBasedStateMachine):
     def logs_obey_invariants(self) -> None:
         if self.fed is not None:
             self.audit.consume(self.fed)
+
+    @invariant()
+    def usage_is_a_fraction(self) -> None:
+        """Every GM's estimate of every queue's usage is within [0, 1], whatever the order
+        of heartbeats, replies and preemptions (it once went negative in the testbed)."""
+        for gm_id, gm in self.fed.gms.items():
+            for queue, (cpu, mem) in gm.usage().items():
+                assert -1e-9 <= cpu <= 1 + 1e-9 and -1e-9 <= mem <= 1 + 1e-9, (
+                    gm_id, queue, cpu, mem)
 
     @invariant()
     def logical_flags_agree(self) -> None:

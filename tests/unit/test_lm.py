@@ -17,6 +17,7 @@ from common.events import (
     CancelRequested,
     LaunchRequested,
     PreemptRequested,
+    TaskEventBacklog,
     Tick,
     WorkerHeartbeat,
     WorkerTaskFinished,
@@ -249,3 +250,54 @@ def test_a_dispatch_that_never_arrived_is_lost_at_once_and_slow_ones_get_time() 
     lm.handle(WorkerHeartbeat("h", "w0", ()), 5.5)
     assert "j/1#0.1" not in lm.running
     lm.validate()
+
+
+def heartbeats_between(lm: LocalMaster, start: float, end: float, step: float = 0.25) -> list:
+    published = []
+    now = start
+    while now <= end + 1e-9:
+        published += [(now, c.snapshot) for c in lm.handle(Tick("t"), now)
+                      if isinstance(c, PublishHeartbeat)]
+        now += step
+    return published
+
+
+def test_an_idle_lm_repeats_its_heartbeat_only_at_the_keepalive() -> None:
+    lm = LocalMaster(topology(), heartbeat_interval=1.0, heartbeat_keepalive=3.0,
+                     worker_timeout=100.0)  # workers stay "alive" without heartbeats here
+    lm.handle(WorkerHeartbeat("h", "w0", ()), 0.0)
+    lm.handle(WorkerHeartbeat("h", "w1", ()), 0.0)
+    idle = heartbeats_between(lm, 0.0, 9.0)
+    assert [t for t, _ in idle] == [0.0, 3.0, 6.0, 9.0]
+    assert len({id(s) for _, s in idle}) == 1  # the same unchanged snapshot, repeated
+    launch(lm, item("a/0#1", "n0"), now=9.1)  # a change: the next beat carries it
+    busy = heartbeats_between(lm, 9.25, 12.0)
+    assert [t for t, _ in busy] == [10.0]
+    assert busy[0][1].version > idle[-1][1].version
+    assert [r.attempt_id for r in busy[0][1].running] == ["a/0#1"]
+
+
+def test_heartbeats_keep_their_beat_between_coarse_ticks() -> None:
+    lm = LocalMaster(topology(), heartbeat_interval=1.0)
+    times = [t for t, _ in heartbeats_between(lm, 0.0, 10.0, step=0.4)]
+    # ticks every 0.4 s: a beat is never skipped, and never more than a tick late
+    assert len(times) == 11
+    assert all(abs(t - k) < 0.4 for k, t in enumerate(times))
+
+
+def test_a_backlogged_lm_takes_nothing_new_and_shows_its_nodes_unavailable() -> None:
+    lm = LocalMaster(topology())
+    launch(lm, item("a/0#1", "n0"))
+    commands = lm.handle(TaskEventBacklog("b", full=True, size=100), 1.0)
+    assert [c.event for c in commands if isinstance(c, Log)] == ["lm_backlogged"]
+    answer = reply(launch(lm, item("b/0#1", "n1")))
+    assert [r.reason for r in answer.results] == [Reason.LM_BACKLOGGED]
+    assert not answer.snapshot.up.any()
+    # what runs goes on: its end is still taken and reported
+    finished = lm.handle(WorkerTaskFinished("f", "w0", "a/0#1", 1.0), 2.0)
+    assert any(isinstance(c, PublishTaskEvent) for c in finished)
+    # drained: the refused attempt, asked again, is taken, and the nodes show up again
+    lm.handle(TaskEventBacklog("b", full=False, size=10), 3.0)
+    answer = reply(launch(lm, item("b/0#1", "n1")))
+    assert [r.reason for r in answer.results] == [Reason.LAUNCHED]
+    assert answer.snapshot.up.all()
