@@ -327,8 +327,6 @@ def parse_args() -> argparse.Namespace:
 
 
 def start_testbed(client: docker.DockerClient) -> ComposeProject:
-    subprocess.run(["bash", str(ROOT / "deploy" / "prepare.sh")], check=True, timeout=1800,
-                   stdout=sys.stderr)
     bed = ComposeProject(client, prefix="megha-bench")
     say(f"starting compose project {bed.project} (GMs on ports {bed.ports})")
     bed.compose("build")
@@ -339,6 +337,9 @@ def start_testbed(client: docker.DockerClient) -> ComposeProject:
 def main() -> None:
     args = parse_args()
     federation, config = load_config(args.config)
+    if not args.project:  # an engine and Compose v2 (started and installed if missing)
+        subprocess.run(["bash", str(ROOT / "deploy" / "prepare.sh")], check=True,
+                       timeout=1800, stdout=sys.stderr)
     client = docker.from_env(timeout=120)
     bed = None
     figures: dict[str, str] = {}

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import json
 import math
 import time
 from collections import Counter, deque
@@ -41,10 +42,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import httpx
-
 from loadgen.progress import Progress, quiet
 from loadgen.workload import ReplayJob
+from services.peers import PeerClient, PeerError, PeerResponse
 
 LATE_AFTER = 0.1  # seconds behind schedule before a submission counts as late
 SUBMIT_ATTEMPTS = 8  # per job, over about 30 s of backoff: a GM restarting comes back in that
@@ -390,12 +390,12 @@ class Replayer:
         self.job_requests = 0
 
     async def run(self) -> ReplayResult:
-        # every sender and poller gets a connection: a request waiting for one in httpx's pool
+        # every sender and poller gets a connection: a request waiting for one in the pool
         # would time out as if the GM were unreachable
         connections = SENDERS_PER_GM * len(self.gm_urls) + POLL_CONCURRENCY + len(self.gm_urls)
-        limits = httpx.Limits(max_connections=max(256, connections),
-                              max_keepalive_connections=64)
-        async with httpx.AsyncClient(timeout=self.request_timeout, limits=limits) as client:
+        client = PeerClient(timeout=self.request_timeout, max_connections=max(256, connections))
+        await client.start()
+        try:
             self.posts, self.feed_requests, self.job_requests = [], 0, 0
             feeds = await self._open_feeds(client)  # before the clock starts: not our lateness
             started = time.monotonic()
@@ -408,10 +408,12 @@ class Replayer:
             return ReplayResult(outcomes, time.monotonic() - started,
                                 submission.gave_up > 0 or not completed, self.posts,
                                 self.feed_requests, self.job_requests)
+        finally:
+            await client.close()
 
     # -- completion ------------------------------------------------------------------------------
 
-    async def _open_feeds(self, client: httpx.AsyncClient) -> dict[str, Feed]:
+    async def _open_feeds(self, client: PeerClient) -> dict[str, Feed]:
         """Each GM's feed, with its epoch before any job is sent: a GM that restarts during
         the submissions is then noticed at the first read, like one that restarts later."""
         feeds = {gm: Feed(gm, url) for gm, url in self.gm_urls.items()}
@@ -424,7 +426,7 @@ class Replayer:
         await asyncio.gather(*(learn_epoch(feed) for feed in feeds.values()))
         return feeds
 
-    async def _await_completion(self, client: httpx.AsyncClient, outcomes: list[JobOutcome],
+    async def _await_completion(self, client: PeerClient, outcomes: list[JobOutcome],
                                 feeds: dict[str, Feed], deadline: float) -> bool:
         unfinished: dict[str, dict[str, JobOutcome]] = {gm: {} for gm in feeds}
         for outcome in outcomes:
@@ -457,7 +459,7 @@ class Replayer:
                 return False
             await asyncio.sleep(self.poll_interval)
 
-    async def _follow_feed(self, client: httpx.AsyncClient, feed: Feed,
+    async def _follow_feed(self, client: PeerClient, feed: Feed,
                            unfinished: dict[str, JobOutcome],
                            suspects: dict[str, JobOutcome]) -> None:
         """Read one GM's feed from its cursor to its end (or to a failed request)."""
@@ -478,13 +480,13 @@ class Replayer:
             if not news.more:
                 return
 
-    async def _feed_page(self, client: httpx.AsyncClient, feed: Feed, ended_after: int,
+    async def _feed_page(self, client: PeerClient, feed: Feed, ended_after: int,
                          limit: int) -> dict | None:
         self.feed_requests += 1
         try:
-            response = await client.get(feed.url + "/v1/jobs",
-                                        params={"ended_after": ended_after, "limit": limit})
-        except httpx.TransportError:
+            response = await client.request(
+                "GET", f"{feed.url}/v1/jobs?ended_after={ended_after}&limit={limit}")
+        except PeerError:
             return None
         if response.status_code != 200:
             return None
@@ -494,7 +496,7 @@ class Replayer:
             return None
         return page if isinstance(page, dict) and "epoch" in page else None
 
-    async def _poll(self, client: httpx.AsyncClient, outcome: JobOutcome,
+    async def _poll(self, client: PeerClient, outcome: JobOutcome,
                     limit: asyncio.Semaphore) -> bool:
         """Ask the GM about one job; whether it answered (a 404 too: the job may still be in
         the broker queue of a GM that restarted)."""
@@ -502,8 +504,8 @@ class Replayer:
         async with limit:
             self.job_requests += 1
             try:
-                response = await client.get(url)
-            except httpx.TransportError:
+                response = await client.request("GET", url)
+            except PeerError:
                 return False  # a GM restarting: ask again next round
         if response.status_code != 200:
             return response.status_code == 404
@@ -516,7 +518,7 @@ class _Submission:
     one dispatcher per GM hands the lane's jobs, as its gate allows, to delivery tasks (at
     most `SENDERS_PER_GM` jobs at a time; one coroutine waits on a lane, not one per sender)."""
 
-    def __init__(self, replayer: Replayer, client: httpx.AsyncClient,
+    def __init__(self, replayer: Replayer, client: PeerClient,
                  outcomes: list[JobOutcome], started: float, give_up_at: float) -> None:
         self.replayer = replayer
         self.client = client
@@ -597,7 +599,7 @@ class _Submission:
         life at most; a retry waits for the gate too."""
         job, gate, waker = outcome.job, lane.gate, self.wakers[lane.gm]
         url = lane.url + "/v1/jobs"
-        body = job.submission()
+        body = json.dumps(job.submission(), separators=(",", ":"))
         while True:
             if gate.refused_since(ticket):  # between the hand-out and now: wait with the rest
                 gate.withdraw()
@@ -605,10 +607,10 @@ class _Submission:
             outcome.attempts += 1
             sent = time.monotonic()
             try:
-                response = await self.client.post(url, json=body)
-            except httpx.TransportError as error:
+                response = await self.client.request("POST", url, body)
+            except PeerError as error:
                 response = None
-                outcome.status, outcome.detail = "unreachable", f"{type(error).__name__}: {error}"
+                outcome.status, outcome.detail = "unreachable", str(error)
             now = time.monotonic()
             status = response.status_code if response is not None else None
             retry_after = (retry_after_seconds(response.headers.get("retry-after"))
@@ -660,7 +662,7 @@ def _drop_finished(unfinished: dict[str, dict[str, JobOutcome]],
     return sum(len(jobs) for jobs in unfinished.values())
 
 
-def reason_of(response: httpx.Response) -> str:
+def reason_of(response: PeerResponse) -> str:
     """The GM's reason in one line: a validation error list (FastAPI's 422 body) as
     `tasks[7]: no node in the federation satisfies ...`, anything else as text."""
     try:

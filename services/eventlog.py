@@ -8,18 +8,22 @@ turned into the same shape (event `log`), so the stream stays machine-readable.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
 import math
+import os
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TextIO
 
 
 class EventLog:
-    def __init__(self, svc: str, stream: TextIO | None = None,
+    def __init__(self, svc: str, stream: TextIO | BackgroundWriter | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.svc = svc
         self._stream = stream or sys.stdout
@@ -75,6 +79,97 @@ class EventLog:
         for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
             logging.getLogger(name).handlers[:] = []
             logging.getLogger(name).propagate = True
+
+
+class BackgroundWriter:
+    """A file descriptor written by a thread of its own, so that a service's event loop never
+    waits for its log's reader.
+
+    A container's stdout is a pipe that the engine drains; on a busy host the engine falls
+    behind, the pipe fills and a write blocks. Measured on the testbed at 200 tasks/s, an
+    LM's event loop spent a fifth of its time blocked in such writes, and every request it
+    was serving waited with it. Here a write only appends to a buffer; the thread writes
+    whatever has gathered in one system call (a burst of lines, one trip through the pipe).
+
+    The buffer is bounded (`limit` bytes): past it, a writer waits for room (`stalls`
+    counts how often) rather than drop events, which are the run's record. At exit the
+    thread writes out what is left; a SIGKILL loses at most what gathered in the last write.
+    """
+
+    LINGER = 0.01  # s a batch may wait for more lines; logs are read later, not now
+
+    def __init__(self, fd: int = 1, limit: int = 8 << 20) -> None:
+        self._fd = fd
+        self._limit = limit
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+        self._closed = False
+        self._writing = False  # the thread holds a batch it has not written out yet
+        self._ready = threading.Condition(threading.Lock())
+        self.stalls = 0
+        self._thread = threading.Thread(target=self._run, name="event-log-writer", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def write(self, text: str) -> None:
+        data = text.encode()
+        with self._ready:
+            if self._size >= self._limit:
+                self.stalls += 1
+                while self._size >= self._limit and not self._closed:
+                    self._ready.wait()
+            self._chunks.append(data)
+            self._size += len(data)
+            if len(self._chunks) == 1:  # the thread sleeps only when the buffer was empty
+                self._ready.notify_all()
+
+    def flush(self) -> None:
+        """Nothing to do: the thread writes as soon as it can (EventLog calls this after a
+        direct write to a stream)."""
+
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Wait until everything written so far has left (tests, shutdown); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._ready:
+            while self._chunks or self._writing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._ready.wait(left)
+        return True
+
+    def close(self) -> None:
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
+        self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._chunks and not self._closed:
+                    self._ready.wait()
+            if not self._closed:
+                # let a burst gather: one wake-up and one write for many lines, instead of
+                # a wake-up per line that takes the interpreter's lock from the event loop
+                time.sleep(self.LINGER)
+            with self._ready:
+                if not self._chunks:  # closed and written out
+                    return
+                data = b"".join(self._chunks)
+                self._chunks.clear()
+                self._size = 0
+                self._writing = True
+                self._ready.notify_all()  # writers waiting for room, and `drain`
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view):]
+            except OSError:  # the reader is gone: nothing left to tell
+                pass
+            with self._ready:
+                self._writing = False
+                self._ready.notify_all()
 
 
 _dumps = json.JSONEncoder(separators=(",", ":"), default=str, allow_nan=False).encode

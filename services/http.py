@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -29,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 from common.errors import InvalidInput
 from common.federation import Federation, load_federation
 from services.endpoints import Endpoints
-from services.eventlog import EventLog
+from services.eventlog import BackgroundWriter, EventLog
 
 JSON = "application/json"
 M = TypeVar("M", bound=BaseModel)
@@ -127,7 +128,8 @@ def read_service_env() -> ServiceEnv:
     """MEGHA_ID, MEGHA_CONFIG (the federation file) and MEGHA_ENDPOINTS, with logging set up
     first so that even a configuration error is a JSON line (`config_error`, exit status 2)."""
     service_id = os.environ.get("MEGHA_ID", "")
-    log = EventLog(service_id or "unknown")
+    sys.stdout.flush()
+    log = EventLog(service_id or "unknown", BackgroundWriter(sys.stdout.fileno()))
     log.install_logging()
     try:
         if not service_id:

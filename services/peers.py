@@ -4,8 +4,9 @@ Why aiohttp here and httpx elsewhere: these calls are the services' hot path, ma
 times a second on the testbed's two cores, and the client's own cost per request decides how
 many a service can make. Measured on this project's 2-core VM, a keep-alive POST to a local
 uvicorn app costs the client 1.13 ms of CPU with httpx's AsyncClient and 0.18 ms with aiohttp's
-ClientSession (the server 0.2-0.35 ms either way). httpx stays where requests are few: the load
-generator, the tests, the command line.
+ClientSession (the server 0.2-0.35 ms either way). The load generator's replay uses it too: it
+shares the cores with the testbed it measures, and with httpx it took half a core at 300
+tasks/s. httpx stays where requests are few: the tests, the command line.
 
 `PeerClient` keeps one connection pool per service; a `request` either returns the peer's
 answer (any status) or raises `PeerError`, which says whether the peer was slow (a timeout:
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import aiohttp
 
@@ -29,6 +30,7 @@ JSON_HEADERS = {"content-type": "application/json"}
 class PeerResponse:
     status_code: int
     content: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)  # case-insensitive names
 
     @property
     def is_success(self) -> bool:
@@ -88,7 +90,7 @@ class PeerClient:
             async with self._session.request(
                     method, url, data=data, headers=JSON_HEADERS if data is not None else None,
                     **options) as response:
-                return PeerResponse(response.status, await response.read())
+                return PeerResponse(response.status, await response.read(), response.headers)
         except TimeoutError as error:
             raise PeerError(f"{method} {url}: no answer in time ({error!r})",
                             timed_out=True) from None
