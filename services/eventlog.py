@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import select
 import sys
 import threading
 import time
@@ -82,24 +83,25 @@ class EventLog:
 
 
 class BackgroundWriter:
-    """A file descriptor written by a thread of its own, so that a service's event loop never
-    waits for its log's reader.
+    """A file descriptor that a service's event loop never waits for.
 
     A container's stdout is a pipe that the engine drains; on a busy host the engine falls
     behind, the pipe fills and a write blocks. Measured on the testbed at 200 tasks/s, an
     LM's event loop spent a fifth of its time blocked in such writes, and every request it
-    was serving waited with it. Here a write only appends to a buffer; the thread writes
-    whatever has gathered in one system call (a burst of lines, one trip through the pipe).
+    was serving waited with it. Here the descriptor is non-blocking: a line goes straight into
+    the pipe while it has room (so, as with a plain write, a line is out of the process before
+    whatever the service does next: a kill takes nothing the log had already told), and only
+    what does not fit waits in a buffer, which a thread writes out, in order, as the reader
+    makes room; lines written meanwhile join the buffer behind it.
 
     The buffer is bounded (`limit` bytes): past it, a writer waits for room (`stalls`
     counts how often) rather than drop events, which are the run's record. At exit the
-    thread writes out what is left; a SIGKILL loses at most what gathered in the last write.
+    thread writes out what is left; a SIGKILL loses only what was waiting for the reader.
     """
-
-    LINGER = 0.01  # s a batch may wait for more lines; logs are read later, not now
 
     def __init__(self, fd: int = 1, limit: int = 8 << 20) -> None:
         self._fd = fd
+        os.set_blocking(fd, False)
         self._limit = limit
         self._chunks: deque[bytes] = deque()
         self._size = 0
@@ -114,18 +116,27 @@ class BackgroundWriter:
     def write(self, text: str) -> None:
         data = text.encode()
         with self._ready:
+            if not self._chunks and not self._writing:  # nothing ahead of it: straight out
+                try:
+                    written = os.write(self._fd, data)
+                except BlockingIOError:
+                    written = 0
+                except OSError:  # the reader is gone: nothing left to tell
+                    return
+                if written == len(data):
+                    return
+                data = data[written:]
             if self._size >= self._limit:
                 self.stalls += 1
                 while self._size >= self._limit and not self._closed:
                     self._ready.wait()
             self._chunks.append(data)
             self._size += len(data)
-            if len(self._chunks) == 1:  # the thread sleeps only when the buffer was empty
-                self._ready.notify_all()
+            self._ready.notify_all()
 
     def flush(self) -> None:
-        """Nothing to do: the thread writes as soon as it can (EventLog calls this after a
-        direct write to a stream)."""
+        """Nothing to do: lines leave as soon as the reader takes them (EventLog calls this
+        after a direct write to a stream)."""
 
     def drain(self, timeout: float = 5.0) -> bool:
         """Wait until everything written so far has left (tests, shutdown); False on timeout."""
@@ -149,11 +160,6 @@ class BackgroundWriter:
             with self._ready:
                 while not self._chunks and not self._closed:
                     self._ready.wait()
-            if not self._closed:
-                # let a burst gather: one wake-up and one write for many lines, instead of
-                # a wake-up per line that takes the interpreter's lock from the event loop
-                time.sleep(self.LINGER)
-            with self._ready:
                 if not self._chunks:  # closed and written out
                     return
                 data = b"".join(self._chunks)
@@ -161,15 +167,20 @@ class BackgroundWriter:
                 self._size = 0
                 self._writing = True
                 self._ready.notify_all()  # writers waiting for room, and `drain`
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(self._fd, view):]
-            except OSError:  # the reader is gone: nothing left to tell
-                pass
+            self._write_out(memoryview(data))
             with self._ready:
                 self._writing = False
                 self._ready.notify_all()
+
+    def _write_out(self, view: memoryview) -> None:
+        """All of `view`, waiting for the reader as long as it takes (this thread only)."""
+        while view:
+            try:
+                view = view[os.write(self._fd, view):]
+            except BlockingIOError:
+                select.select([], [self._fd], [], 1.0)
+            except OSError:  # the reader is gone: nothing left to tell
+                return
 
 
 _dumps = json.JSONEncoder(separators=(",", ":"), default=str, allow_nan=False).encode

@@ -78,3 +78,17 @@ def test_drain_waits_until_everything_written_has_left() -> None:
     writer.close()
     os.close(write_end)
     os.close(read_end)
+
+
+def test_a_line_is_in_the_pipe_when_write_returns_while_the_pipe_has_room() -> None:
+    """What a killed service had logged is in its log: nothing waits in the process unless
+    the reader fell behind."""
+    read_end, write_end = os.pipe()
+    writer = BackgroundWriter(write_end)
+    writer.close()  # its thread gone: only the caller itself can put the line in the pipe
+    log = EventLog("svc-1", writer)
+    log.emit("launched", {"attempt": "a#1"})
+    os.set_blocking(read_end, False)
+    assert json.loads(os.read(read_end, 1000))["event"] == "launched"
+    os.close(write_end)
+    os.close(read_end)
