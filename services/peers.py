@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 JSON_HEADERS = {"content-type": "application/json"}
+KEEPALIVE_S = 3.0  # below uvicorn's timeout_keep_alive (5 s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +71,10 @@ class PeerClient:
 
     async def start(self) -> None:
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._max_connections, use_dns_cache=True)
+            # idle connections are dropped before uvicorn's own 5 s keep-alive closes them:
+            # reusing one the server has just closed fails the request as "disconnected"
+            connector = aiohttp.TCPConnector(limit=self._max_connections, use_dns_cache=True,
+                                             keepalive_timeout=KEEPALIVE_S)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
                                                   skip_auto_headers=("User-Agent",))
 
