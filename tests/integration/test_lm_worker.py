@@ -10,6 +10,7 @@ prints their tails.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -478,6 +479,16 @@ def rabbitmq(command: str) -> None:
                    capture_output=True, timeout=120)
 
 
+@contextlib.asynccontextmanager
+async def broker_stopped():
+    """RabbitMQ stopped for the block's duration, started again whatever happens in it."""
+    await asyncio.to_thread(rabbitmq, "stop")
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(rabbitmq, "start")
+
+
 @pytest.mark.timeout(50)
 def test_task_events_wait_in_the_outbox_while_rabbitmq_is_down(procs):
     item = placement(unique_job(), N1, duration=0.3)
@@ -486,16 +497,13 @@ def test_task_events_wait_in_the_outbox_while_rabbitmq_is_down(procs):
     async def scenario() -> None:
         async with FakeGM(procs) as gm:
             await start_both(procs, gm)
-            await asyncio.to_thread(rabbitmq, "stop")
-            try:
+            async with broker_stopped():
                 # launching needs no broker; both task events are made during the outage
                 assert reasons(await gm.launch([item])) == ["launched"]
                 await until(lambda: any(r["event"] == "task_finished" for r in procs.lines(LM)),
                             5, "the LM hearing that the task finished")
                 state = await gm.state()
                 assert state["task_event_outbox"] == 2 and not state["broker_connected"]
-            finally:
-                await asyncio.to_thread(rabbitmq, "start")
             await gm.event(attempt, "finished", timeout=20)
             assert gm.kinds(attempt) == ["started", "finished"]
             events = [r["event"] for r in procs.lines(LM)]
@@ -519,8 +527,7 @@ def test_an_lm_whose_task_events_cannot_leave_takes_no_new_work(tmp_path, amqp_u
     async def scenario() -> None:
         async with FakeGM(procs) as gm:
             await start_both(procs, gm)
-            await asyncio.to_thread(rabbitmq, "stop")
-            try:
+            async with broker_stopped():
                 assert reasons(await gm.launch([first])) == ["launched"]
                 # its start and its end fill the outbox of two
                 await until(lambda: any(r["event"] == "lm_backlogged"
@@ -530,8 +537,6 @@ def test_an_lm_whose_task_events_cannot_leave_takes_no_new_work(tmp_path, amqp_u
                 assert int(reply["snapshot"]["up"], 16) == 0  # no node offered meanwhile
                 health = (await gm.http.get(procs.url(LM) + "/healthz")).json()
                 assert health["backlogged"] is True
-            finally:
-                await asyncio.to_thread(rabbitmq, "start")
             await gm.event(first["attempt_id"], "finished", timeout=20)
             await until(lambda: any(r["event"] == "lm_accepting" for r in procs.lines(LM)),
                         10, "the LM accepting again once its events left")
