@@ -153,7 +153,7 @@ class GlobalMaster:
         self.view = FederationView(self.gm)
         self._topologies = {topology.lm: topology for topology in topologies}
         self._federation: ClusterTopology | None = None
-        self._federation_key: tuple = ()
+        self._federation_key = -1  # the view's `layouts` when `_federation` was merged
         self.jobs: dict[str, JobRecord] = {}
         # ended jobs in the order they ended; the first is number `_ended_base` (a feed for
         # clients: `ended_since`), the oldest forgotten past `ended_jobs_kept`
@@ -285,12 +285,12 @@ class GlobalMaster:
 
     def _federation_topology(self) -> ClusterTopology | None:
         """Every LM this GM knows of (configured or heard from), merged: one feasibility check
-        per task shape instead of one per LM. Rebuilt only when the set of topologies moves."""
-        known = dict(self._topologies)
-        known.update((lm, slot.topology) for lm, slot in self.view.slots.items())
-        key = tuple(id(known[lm]) for lm in sorted(known))
-        if key != self._federation_key:
-            self._federation_key = key
+        per task shape instead of one per LM. Rebuilt only when the view's layout moves (the
+        configured topologies are fixed), so admitting a job costs no walk over the LMs."""
+        if self._federation_key != self.view.layouts:
+            self._federation_key = self.view.layouts
+            known = dict(self._topologies)
+            known.update((lm, slot.topology) for lm, slot in self.view.slots.items())
             self._federation = (ClusterTopology.merge([known[lm] for lm in sorted(known)])
                                 if known else None)
         return self._federation

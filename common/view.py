@@ -95,6 +95,7 @@ class FederationView:
         self.gm = gm
         self.slots: dict[str, LMSlot] = {}
         self.order: list[LMSlot] = []  # by offset
+        self.layouts = 0  # how many times the set of topologies changed (`_relayout`)
         self._offsets: list[int] = []
         self.topology: ClusterTopology | None = None
         self.state: ClusterState | None = None
@@ -174,6 +175,7 @@ class FederationView:
 
     def _relayout(self) -> None:
         """A new LM (or a restarted one with other nodes): rebuild the merged vectors."""
+        self.layouts += 1
         self.order = [self.slots[lm] for lm in sorted(self.slots)]
         offset = 0
         for slot in self.order:

@@ -25,7 +25,7 @@ from typing import Annotated, Literal
 
 from bitarray import bitarray, frozenbitarray
 from bitarray.util import ba2hex, hex2ba
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from common.cluster import ClusterTopology, LMSnapshot, RunningInfo
 from common.commands import ReplyToGM, ReportToLM, SendLaunch, SendPreempt
@@ -253,6 +253,9 @@ class LaunchRequest(WireModel):
     request_id: Name
     kind: Literal["launch", "repartition"]
     placements: list[PlacementWire] = Field(min_length=1)
+    # The LM epoch whose nodes the GM already holds (from a heartbeat): a reply from that
+    # epoch leaves the nodes out (`LMReply.state`). None: send them.
+    known_epoch: NonNegativeInt | None = None
 
 
 class PreemptRequest(WireModel):
@@ -260,6 +263,7 @@ class PreemptRequest(WireModel):
     request_id: Name
     placement: PlacementWire
     victims: list[Name] = Field(min_length=1)  # attempt ids running on the placement's node
+    known_epoch: NonNegativeInt | None = None  # as in LaunchRequest
 
 
 class CancelRequest(WireModel):
@@ -269,12 +273,14 @@ class CancelRequest(WireModel):
     attempt_id: Name
 
 
-def launch_request_to_wire(send: SendLaunch, gm: str) -> LaunchRequest:
+def launch_request_to_wire(send: SendLaunch, gm: str,
+                           known_epoch: int | None = None) -> LaunchRequest:
     return LaunchRequest(
         gm=gm,
         request_id=send.request_id,
         kind=send.kind.value,
         placements=[placement_to_wire(p) for p in send.placements],
+        known_epoch=known_epoch,
     )
 
 
@@ -288,12 +294,14 @@ def launch_requested_from_wire(wire: LaunchRequest, stimulus_id: str) -> LaunchR
     )
 
 
-def preempt_request_to_wire(send: SendPreempt, gm: str) -> PreemptRequest:
+def preempt_request_to_wire(send: SendPreempt, gm: str,
+                            known_epoch: int | None = None) -> PreemptRequest:
     return PreemptRequest(
         gm=gm,
         request_id=send.request_id,
         placement=placement_to_wire(send.placement),
         victims=list(send.victims),
+        known_epoch=known_epoch,
     )
 
 
@@ -416,11 +424,33 @@ class TopologyCache:
     so a collision can never hand a GM another cluster's vectors.
     """
 
+    EPOCHS_KEPT = 4  # per LM: a reply of a restarted LM's old process may still be on its way
+
     def __init__(self) -> None:
         self._by_lm: dict[str, tuple[tuple, ClusterTopology]] = {}
+        # LM -> {epoch: its topology}, newest last: what a reply without nodes refers to
+        self._by_epoch: dict[str, dict[int, ClusterTopology]] = {}
         self.builds = 0  # how many topologies were built: tests and metrics read it
 
     def topology_for(self, wire: LMSnapshotWire) -> ClusterTopology:
+        topology = self._topology_for(wire)
+        epochs = self._by_epoch.setdefault(wire.lm, {})
+        if epochs.get(wire.epoch) is not topology:
+            epochs.pop(wire.epoch, None)
+            epochs[wire.epoch] = topology
+            while len(epochs) > self.EPOCHS_KEPT:
+                del epochs[next(iter(epochs))]
+        return topology
+
+    def known_epoch(self, lm: str) -> int | None:
+        """The newest epoch of `lm` whose nodes this cache holds (None: none yet)."""
+        epochs = self._by_epoch.get(lm)
+        return next(reversed(epochs)) if epochs else None
+
+    def at_epoch(self, lm: str, epoch: int) -> ClusterTopology | None:
+        return self._by_epoch.get(lm, {}).get(epoch)
+
+    def _topology_for(self, wire: LMSnapshotWire) -> ClusterTopology:
         key = _static_key(wire)
         cached = self._by_lm.get(wire.lm)
         if cached is not None and cached[0] == key:
@@ -442,6 +472,7 @@ class TopologyCache:
 
     def forget(self, lm: str) -> None:
         self._by_lm.pop(lm, None)
+        self._by_epoch.pop(lm, None)
 
 
 def snapshot_to_wire(snapshot: LMSnapshot) -> LMSnapshotWire:
@@ -525,11 +556,43 @@ class LaunchResultWire(WireModel):
     reason: Reason  # travels as the enum's string value
 
 
+class LMStateWire(WireModel):
+    """The changing part of an LM's snapshot: what a reply carries when the GM already holds
+    the LM's nodes (its request named this epoch as known). A launch is answered many times a
+    second and the nodes never change within an epoch: sending them each time cost the LM and
+    the GM more than the rest of the exchange (benchmarks/bench_testbed.py, py-spy)."""
+
+    lm: Name
+    epoch: NonNegativeInt
+    seq: NonNegativeInt
+    free_cpu: list[Annotated[int, Field(strict=True)]]
+    free_mem: list[Annotated[int, Field(strict=True)]]
+    up: Annotated[str, Field(pattern=r"^[0-9a-f]*$")]
+
+    @model_validator(mode="after")
+    def _same_lengths(self) -> LMStateWire:
+        if len(self.free_mem) != len(self.free_cpu):
+            raise ValueError(f"free_mem has {len(self.free_mem)} entries, "
+                             f"free_cpu {len(self.free_cpu)}")
+        if len(self.up) != math.ceil(len(self.free_cpu) / 4):
+            raise ValueError(f"up has {len(self.up)} hex digits for {len(self.free_cpu)} nodes")
+        return self
+
+
 class LMReply(WireModel):
+    """Exactly one of `snapshot` (with the nodes) and `state` (without: see LMStateWire)."""
+
     lm: Name
     request_id: Name
     results: list[LaunchResultWire]
-    snapshot: LMSnapshotWire
+    snapshot: LMSnapshotWire | None = None
+    state: LMStateWire | None = None
+
+    @model_validator(mode="after")
+    def _one_snapshot(self) -> LMReply:
+        if (self.snapshot is None) == (self.state is None):
+            raise ValueError("needs exactly one of snapshot (with nodes) and state (without)")
+        return self
 
 
 def launch_result_to_wire(result: LaunchResult) -> LaunchResultWire:
@@ -550,22 +613,42 @@ def launch_result_from_wire(wire: LaunchResultWire) -> LaunchResult:
     )
 
 
-def reply_to_wire(reply: ReplyToGM, lm: str) -> LMReply:
-    return LMReply(
-        lm=lm,
-        request_id=reply.request_id,
-        results=[launch_result_to_wire(r) for r in reply.results],
-        snapshot=snapshot_to_wire(reply.snapshot),
-    )
+def reply_to_wire(reply: ReplyToGM, lm: str, known_epoch: int | None = None) -> LMReply:
+    """The LM's answer; without the nodes when the GM said it holds this epoch's."""
+    results = [launch_result_to_wire(r) for r in reply.results]
+    snapshot = reply.snapshot
+    if known_epoch is not None and known_epoch == snapshot.epoch:
+        state = LMStateWire(lm=snapshot.lm, epoch=snapshot.epoch, seq=snapshot.seq,
+                            free_cpu=list(snapshot.free_cpu), free_mem=list(snapshot.free_mem),
+                            up=up_to_hex(snapshot.up))
+        return LMReply(lm=lm, request_id=reply.request_id, results=results, state=state)
+    return LMReply(lm=lm, request_id=reply.request_id, results=results,
+                   snapshot=snapshot_to_wire(snapshot))
 
 
 def lm_replied_from_wire(wire: LMReply, stimulus_id: str, topologies: TopologyCache) -> LMReplied:
+    """Raises `InvalidInput` if a reply without nodes names an epoch the cache does not hold
+    (the LM answered a question the GM did not ask)."""
+    if wire.snapshot is not None:
+        snapshot = snapshot_from_wire(wire.snapshot, topologies)
+    else:
+        state = wire.state
+        topology = topologies.at_epoch(state.lm, state.epoch)
+        if topology is None:
+            raise InvalidInput("state.epoch", f"this GM holds no nodes of {state.lm!r} at epoch "
+                                              f"{state.epoch}, and the reply leaves them out")
+        if len(state.free_cpu) != len(topology.nodes):
+            raise InvalidInput("state.free_cpu", f"has {len(state.free_cpu)} entries for "
+                                                 f"{len(topology.nodes)} nodes")
+        snapshot = LMSnapshot(lm=state.lm, epoch=state.epoch, seq=state.seq, topology=topology,
+                              free_cpu=tuple(state.free_cpu), free_mem=tuple(state.free_mem),
+                              up=up_from_hex(state.up, len(topology.nodes)), running=None)
     return LMReplied(
         stimulus_id=stimulus_id,
         lm=wire.lm,
         request_id=wire.request_id,
         results=tuple(launch_result_from_wire(r) for r in wire.results),
-        snapshot=snapshot_from_wire(wire.snapshot, topologies),
+        snapshot=snapshot,
     )
 
 
@@ -710,6 +793,7 @@ MESSAGE_KINDS: dict[str, type[BaseModel]] = {
     "preempt_request": PreemptRequest,
     "lm_reply": LMReply,
     "snapshot": LMSnapshotWire,
+    "lm_state": LMStateWire,
     "task_event": TaskEventWire,
     "task_events": TaskEventBatchWire,
     "worker_report": WorkerReport,

@@ -323,11 +323,13 @@ class GMService:
 
     async def _send_launch(self, command: SendLaunch) -> None:
         path = "/v1/launch" if command.kind is RequestKind.LAUNCH else "/v1/repartition"
-        body = launch_request_to_wire(command, self.gm_id).model_dump_json()
+        body = launch_request_to_wire(command, self.gm_id,
+                                      self.topologies.known_epoch(command.lm)).model_dump_json()
         await self._request(command.lm, path, body, command.request_id)
 
     async def _send_preempt(self, command: SendPreempt) -> None:
-        body = preempt_request_to_wire(command, self.gm_id).model_dump_json()
+        body = preempt_request_to_wire(command, self.gm_id,
+                                       self.topologies.known_epoch(command.lm)).model_dump_json()
         await self._request(command.lm, "/v1/preempt", body, command.request_id)
 
     async def _request(self, lm: str, path: str, body: str, request_id: str) -> None:
@@ -357,6 +359,9 @@ class GMService:
             except ValidationError as error:
                 failure = repr(error)[:200]
                 refused += 1
+            except InvalidInput as error:  # a reply this GM cannot decode: asking again won't help
+                failure = str(error)[:200]
+                break
             attempt += 1
             await asyncio.sleep(min(1.0, 0.05 * 2**attempt))
         self.log.emit("lm_request_failed", {"lm": lm, "request": request_id, "path": path,

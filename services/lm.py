@@ -102,16 +102,12 @@ WORKER_CALL_TRIES = 5  # ~1.5 s of backoff: then the worker timeout takes over
 # worker is not taking anything, and a start that cannot queue fails at once.
 WORKER_OUTBOX_LIMIT = 5_000
 WORKER_BATCH = 500  # items per request to a worker
-# Requests to one worker start at least this far apart when it is busy: a task placed
-# meanwhile waits at most this long and shares the request (services/batching.py).
-WORKER_PACE = 0.005
 PUBLISH_TIMEOUT = 5.0
 PUBLISH_BATCH = 500  # task events taken from the outbox at once: one message per GM
-# Task event messages start at least this far apart when busy: each message costs the LM,
-# RabbitMQ and the GM a fixed price (frames, system calls, an acknowledgement), so under load
-# events wait up to this long and share one. Allocation times are unaffected (a start carries
-# its worker's clock); GMs hear of starts and ends that much later at most.
-PUBLISH_PACE = 0.02
+# Requests to one worker, and task event messages, start at least timing.worker_launch_pace
+# and timing.task_event_pace apart when busy: each costs the LM, the peer (and RabbitMQ) a fixed
+# price, so under load items wait that long at most and share one. Allocation times do not
+# include the second (a start carries its worker's clock); GMs hear of it that much later.
 MAX_PUBLISH_BACKOFF = 2.0
 SHUTDOWN_FLUSH_SECONDS = 2.0
 
@@ -154,7 +150,8 @@ class LMService:
         self.worker_outboxes = {
             worker: BatchSender(worker, lambda batch, w=worker: self._send_to_worker(w, batch),
                                 max_batch=WORKER_BATCH, limit=WORKER_OUTBOX_LIMIT,
-                                min_interval=WORKER_PACE, on_error=self._outbox_failed)
+                                min_interval=timing.worker_launch_pace,
+                                on_error=self._outbox_failed)
             for worker in sorted(self.worker_urls)}
         self.runner.on(StartOnWorker, self._queue_start)
         self.runner.on(StopOnWorker, self._queue_stop)
@@ -230,19 +227,19 @@ class LMService:
     def launch(self, wire: LaunchRequest) -> Response:
         self._check_gm(wire.gm)
         event = launch_requested_from_wire(wire, self.runner.stimulus(wire.kind))
-        return self._reply(wire.kind, self.runner.handle(event))
+        return self._reply(wire.kind, self.runner.handle(event), wire.known_epoch)
 
     def preempt(self, wire: PreemptRequest) -> Response:
         self._check_gm(wire.gm)
         event = preempt_requested_from_wire(wire, self.runner.stimulus("preempt"))
-        return self._reply("preempt", self.runner.handle(event))
+        return self._reply("preempt", self.runner.handle(event), wire.known_epoch)
 
-    def _reply(self, kind: str, commands: list) -> Response:
+    def _reply(self, kind: str, commands: list, known_epoch: int | None) -> Response:
         # the core answers every request with exactly one ReplyToGM, left to us by the runner
         (reply,) = (command for command in commands if isinstance(command, ReplyToGM))
         for result in reply.results:
             self.launch_results.labels(kind, str(result.reason)).inc()
-        return wire_response(reply_to_wire(reply, self.lm_id))
+        return wire_response(reply_to_wire(reply, self.lm_id, known_epoch))
 
     def cancel(self, wire: CancelRequest) -> dict:
         self._check_gm(wire.gm)
@@ -370,7 +367,7 @@ class LMService:
             wait = next_at - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
-            next_at = loop.time() + PUBLISH_PACE
+            next_at = loop.time() + self.timing.task_event_pace
             while len(batch) < PUBLISH_BATCH and not self.task_events.empty():
                 batch.append(self.task_events.get_nowait())
             self._publishing = len(batch)

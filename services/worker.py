@@ -80,9 +80,8 @@ from services.runtime import CoreRunner
 
 REPORT_GIVE_UP_SECONDS = 60.0  # an LM away longer has marked our nodes down anyway
 REPORT_BATCH = 500  # reports per request
-# Report requests start at least this far apart when busy: the start time a report carries is
-# the worker's own clock, so pacing delays what the LM hears, never what it is told.
-REPORT_PACE = 0.02
+# Report requests start at least timing.report_pace apart when busy: the start time a report
+# carries is the worker's own clock, so pacing delays what the LM hears, never what it is told.
 # Reports waiting for the LM: each live attempt makes at most a start and an end, so this is
 # reached only if the LM stays away for long; past it a report is dropped (and counted), as it
 # would be after REPORT_GIVE_UP_SECONDS, and the LM learns the attempt's fate from heartbeats.
@@ -119,7 +118,8 @@ class WorkerService:
         self.runs: dict[str, asyncio.TimerHandle | asyncio.Task] = {}
         self.outbox: BatchSender[_OutgoingReport] = BatchSender(
             f"{worker_id} reports", self._deliver, max_batch=REPORT_BATCH,
-            limit=REPORT_OUTBOX_LIMIT, min_interval=REPORT_PACE, on_error=self._outbox_failed)
+            limit=REPORT_OUTBOX_LIMIT, min_interval=self.timing.report_pace,
+            on_error=self._outbox_failed)
         # Attempts that ended here but whose end report has not reached the LM yet: the
         # heartbeat still lists them, or an LM hearing the heartbeat before the report would
         # take them for lost and have them run again.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TypeVar
 
@@ -30,6 +31,7 @@ from common.wire import (
     LaunchRequest,
     LMReply,
     LMSnapshotWire,
+    LMStateWire,
     PlacementWire,
     PreemptRequest,
     StopWire,
@@ -424,6 +426,57 @@ def test_lm_reply_round_trip() -> None:
     assert_same_snapshot(snapshot, event.snapshot)
 
 
+def test_a_reply_leaves_out_the_nodes_of_the_epoch_the_gm_holds() -> None:
+    """A GM that holds the LM's nodes (from a heartbeat) gets replies without them, and
+    decodes them into the same snapshot as a reply with them."""
+    snapshot = make_snapshot()
+    results = (LaunchResult("j1/0#1", "j1/0", "lm-1/n2", Reason.LAUNCHED),)
+    reply = ReplyToGM(gm="gm-1", request_id="gm-1:7", results=results, snapshot=snapshot)
+    topologies = TopologyCache()
+    heartbeat = through_json(snapshot_to_wire(snapshot))
+    topologies.topology_for(heartbeat)
+    assert topologies.known_epoch("lm-1") == snapshot.epoch
+
+    lean = through_json(reply_to_wire(reply, "lm-1", known_epoch=topologies.known_epoch("lm-1")))
+    assert lean.snapshot is None and lean.state is not None
+    assert "nodes" not in lean.model_dump_json()
+    event = lm_replied_from_wire(lean, stimulus_id="r1", topologies=topologies)
+    assert event.results == results
+    assert event.snapshot.running is None
+    full = dataclasses.replace(snapshot, running=None)
+    assert_same_snapshot(full, event.snapshot)
+    assert event.snapshot.topology is topologies.at_epoch("lm-1", snapshot.epoch)
+
+    # another epoch (the LM restarted) or no epoch known: the nodes come along
+    assert reply_to_wire(reply, "lm-1", known_epoch=snapshot.epoch + 1).snapshot is not None
+    assert reply_to_wire(reply, "lm-1").snapshot is not None
+
+
+def test_a_reply_without_nodes_of_an_unknown_epoch_is_refused() -> None:
+    reply = ReplyToGM("gm-1", "r", (), make_snapshot())
+    lean = through_json(reply_to_wire(reply, "lm-1", known_epoch=3))
+    with pytest.raises(InvalidInput, match="no nodes of 'lm-1' at epoch 3"):
+        lm_replied_from_wire(lean, stimulus_id="r1", topologies=TopologyCache())
+    other = TopologyCache()
+    small = make_snapshot(make_topology(size=4))
+    other.topology_for(through_json(snapshot_to_wire(small)))
+    with pytest.raises(InvalidInput, match="entries for 4 nodes"):
+        lm_replied_from_wire(lean, stimulus_id="r1", topologies=other)
+
+
+def test_a_reply_carries_exactly_one_snapshot() -> None:
+    body = reply_to_wire(ReplyToGM("gm-1", "r", (), make_snapshot()), "lm-1").model_dump(
+        mode="json")
+    both = dict(body, state=reply_to_wire(ReplyToGM("gm-1", "r", (), make_snapshot()), "lm-1",
+                                          known_epoch=3).state.model_dump(mode="json"))
+    for bad in (both, {k: v for k, v in body.items() if k != "snapshot"}):
+        with pytest.raises(ValidationError, match="exactly one of snapshot"):
+            LMReply.model_validate(bad)
+    state = both["state"]
+    with pytest.raises(ValidationError, match="free_mem has 2 entries"):
+        LMStateWire.model_validate(dict(state, free_mem=[1, 2]))
+
+
 def test_lm_reply_rejects_unknown_reason() -> None:
     body = reply_to_wire(
         ReplyToGM("gm-1", "r", (LaunchResult("a#1", "a", "n", Reason.LAUNCHED),), make_snapshot()),
@@ -512,6 +565,8 @@ def test_message_kinds_route_every_message() -> None:
         ),
         "lm_reply": reply_to_wire(ReplyToGM("gm-1", "r", (), make_snapshot()), "lm-1"),
         "snapshot": snapshot_to_wire(make_snapshot()),
+        "lm_state": reply_to_wire(ReplyToGM("gm-1", "r", (), make_snapshot()), "lm-1",
+                                  known_epoch=3).state,
         "task_event": task_event_to_wire(
             TaskEvent(Reason.STARTED, "a#1", "a", "j", "gm-1", "lm-1", "n")
         ),
