@@ -14,6 +14,12 @@ the answer:
 So with thousands of tasks waiting on a full cluster, a snapshot costs one check per blocked
 demand against the few nodes it changed, not one search per waiting task (and a pass runs at
 all only when something was woken or a new demand arrived: `dirty`).
+
+A job whose waiting tasks are all of blocked demands is *parked*: a pass skips it whole, in
+O(1), until one of its demands is woken or a task of it starts waiting anew. Without this a
+pass still visited every waiting task to find its demand blocked, and with a GM's backlog full
+(thousands of tasks) and a pass after every answer from an LM, those visits took two thirds of
+the GM's time and its completed rate fell under overload (benchmarks/bench_testbed.py, py-spy).
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ class BlockedDemands:
         # a pass may place something: a demand was woken, or tasks of an unblocked demand
         # arrived (a job, a requeue, tasks released from being held)
         self.dirty = True
+        self.parked: set[str] = set()  # job ids whose waiting tasks are all blocked
+        # demand -> jobs parked on it (may name jobs unparked since: waking them is harmless)
+        self._parked_on: dict[Demand, set[str]] = {}
 
     def __len__(self) -> int:
         return len(self._blocked)
@@ -48,22 +57,42 @@ class BlockedDemands:
     def block(self, demand: Demand, reason: Reason) -> None:
         self._blocked[demand] = reason
 
-    def arrived(self, demand: Demand) -> None:
-        """A task of `demand` became waiting: a pass is needed unless the demand is blocked."""
+    def arrived(self, demand: Demand, job_id: str) -> None:
+        """A task of `demand` (of job `job_id`) became waiting: the job is looked at again,
+        and a pass is needed unless the demand is blocked."""
+        self.parked.discard(job_id)
         if demand not in self._blocked:
             self.dirty = True
+
+    def park(self, job_id: str, demands: Iterable[Demand]) -> None:
+        """Every waiting task of `job_id` is of one of `demands`, all blocked: skip the job
+        until one of them is woken (or `arrived` names it)."""
+        self.parked.add(job_id)
+        for demand in demands:
+            self._parked_on.setdefault(demand, set()).add(job_id)
+
+    def unpark(self, job_id: str) -> None:
+        self.parked.discard(job_id)
+
+    def _woken(self, demand: Demand) -> None:
+        del self._blocked[demand]
+        jobs = self._parked_on.pop(demand, None)
+        if jobs:
+            self.parked -= jobs
 
     def wake_all(self) -> None:
         if self._blocked:
             self._blocked.clear()
             self.dirty = True
+        self.parked.clear()
+        self._parked_on.clear()
 
     def wake_users(self, users: Iterable[str]) -> None:
         """Look again at these users' demands (they may preempt now)."""
         users = set(users)
         woken = [demand for demand in self._blocked if demand[0] in users]
         for demand in woken:
-            del self._blocked[demand]
+            self._woken(demand)
         if woken:
             self.dirty = True
 
@@ -95,7 +124,7 @@ class BlockedDemands:
             if fits:
                 woken.append(demand)
         for demand in woken:
-            del self._blocked[demand]
+            self._woken(demand)
         if woken:
             self.dirty = True
         return len(woken)

@@ -222,7 +222,7 @@ class GlobalMaster:
             else:
                 record.pending.append(task)
             self.waiting += 1
-            self._blocked.arrived((job.user, task.shape))
+            self._blocked.arrived((job.user, task.shape), job.job_id)
             self.log.record(now, event.stimulus_id, spec.task_id, "new", task.state)
         self.jobs[job.job_id] = record
         self.log.record(now, event.stimulus_id, job.job_id, "new", "pending",
@@ -321,13 +321,19 @@ class GlobalMaster:
             return  # nothing new waits, and nothing blocked could fit now
         blocked.dirty = False
         self._pass_usage = None
+        parked = blocked.parked
         for _, job_id in list(self._order):
+            if job_id in parked:
+                continue  # all its waiting tasks are blocked, and none of them was woken
             job = self.jobs[job_id]
             still = deque()
             for task in job.pending:
                 if not self._try_place(task, stimulus_id, now, commands):
-                    still.append(task)
+                    still.append(task)  # its demand is blocked now (`_try_place`)
             self._set_pending(job, still)
+            if still:
+                user = job.spec.user
+                blocked.park(job_id, {(user, task.shape) for task in still})
         if self.config.work_conserving:
             self._run_held(stimulus_id, now, commands)
 
@@ -739,7 +745,7 @@ class GlobalMaster:
             if held.state is TaskState.HELD:
                 self._move(held, TaskState.PENDING, Reason.NO_CAPACITY, stimulus_id, now,
                            "pilots measured")
-                self._blocked.arrived((job.spec.user, held.shape))
+                self._blocked.arrived((job.spec.user, held.shape), job.spec.job_id)
                 job.pending.append(held)
         job.held = deque()
         self._held_jobs.pop(job.spec.job_id, None)
@@ -750,7 +756,7 @@ class GlobalMaster:
                  commands: list[Command]) -> None:
         task.live = None
         self._move(task, TaskState.PENDING, why, stimulus_id, now)
-        self._blocked.arrived((task.job.spec.user, task.shape))
+        self._blocked.arrived((task.job.spec.user, task.shape), task.job.spec.job_id)
         task.job.pending.appendleft(task)
         self._requeue_job(task.job)
         self.counters[f"requeues_total.{why}"] += 1
@@ -820,6 +826,7 @@ class GlobalMaster:
         job.pending.clear()
         job.held.clear()
         self._held_jobs.pop(job.spec.job_id, None)
+        self._blocked.unpark(job.spec.job_id)
         job.reason = why
         job.finished_at = now
         self._move_job(job, JobState.FAILED, stimulus_id, now)
@@ -972,6 +979,11 @@ class GlobalMaster:
                                             f"pending in state {task.state}")
             if bool(job.pending) != (job_id in in_order):
                 raise InvariantViolated(f"{self.gm}: job {job_id} queue membership is wrong")
+            if job_id in self._blocked.parked:
+                for task in job.pending:
+                    if (job.spec.user, task.shape) not in self._blocked:
+                        raise InvariantViolated(f"{self.gm}: job {job_id} is parked but "
+                                                f"{task.spec.task_id}'s demand is not blocked")
             for task in job.tasks:
                 placed = task.state in (TaskState.PLACING, TaskState.LAUNCHED, TaskState.RUNNING)
                 if placed and (task.live is None or self._attempts.get(task.live) is not task):

@@ -164,7 +164,53 @@ def test_arrivals_dirty_the_memo_only_for_demands_not_blocked() -> None:
     demand = ("u1", (frozenset(), 1, 1))
     memo.dirty = False
     memo.block(demand, Reason.NO_CAPACITY)
-    memo.arrived(demand)
+    memo.arrived(demand, "j1")
     assert not memo.dirty
-    memo.arrived(("u1", (frozenset({RED}), 1, 1)))
+    memo.arrived(("u1", (frozenset({RED}), 1, 1)), "j2")
     assert memo.dirty
+
+
+def test_a_parked_job_is_woken_by_its_own_demands_or_a_new_task() -> None:
+    topology, state = topology_and_state()
+    memo = BlockedDemands()
+    red, blue = ("u1", (frozenset({RED}), 1000, 1024)), ("u1", (frozenset({BLUE}), 1000, 1024))
+    for demand in (red, blue):
+        memo.block(demand, Reason.NO_CAPACITY)
+    memo.park("reds", {red})
+    memo.park("both", {red, blue})
+    memo.park("blues", {blue})
+    state.give(1, NODE.cpu_m, NODE.mem_mib)  # a blue node frees up
+    assert memo.wake_by_capacity(bits(1), topology, state, None) == 1
+    assert memo.parked == {"reds"}
+    memo.arrived(red, "reds")  # a task of it waits again (a requeue): look at the job again
+    assert memo.parked == set()
+    memo.park("reds", {red})
+    memo.wake_all()
+    assert memo.parked == set()
+
+
+def test_a_pass_skips_jobs_whose_waiting_tasks_are_all_blocked() -> None:
+    """With a backlog blocked on one constraint, a job of another does not make the GM look at
+    the backlog's tasks again, one by one."""
+    fed = one_gm_federation([frozenset({RED}), frozenset({BLUE})])
+    gm = fed.gms["gm-1"]
+    fed.submit("gm-1", job("fill", 2))
+    fed.run_until_quiet()
+    for k in range(30):
+        fed.submit("gm-1", job(f"red{k}", 2, frozenset({RED})))
+    fed.submit("gm-1", job("blue", 1, frozenset({BLUE})))  # a new demand: one more pass
+    fed.run_until_quiet()
+    assert len(gm._blocked.parked) == 31  # every job looked at once, all blocked
+    looked_at = []
+    reason = gm._blocked.reason
+    gm._blocked.reason = lambda demand: looked_at.append(demand) or reason(demand)
+    fill_on_blue = running_on(fed, "lm-1/n1")[0]
+    fed.finish(fill_on_blue)  # the blue node frees up: only the blue job is looked at
+    fed.run_until_quiet()
+    fed.heartbeat_workers()
+    fed.tick(1.0)
+    fed.run_until_quiet()
+    assert [a for a in running_on(fed, "lm-1/n1") if a.startswith("blue/")]
+    assert looked_at
+    assert all(demand[1][0] == frozenset({BLUE}) for demand in looked_at), looked_at
+    gm.validate()
