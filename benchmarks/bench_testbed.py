@@ -312,12 +312,12 @@ def parse_args() -> argparse.Namespace:
                         help="leave the testbed this script started running (it prints how "
                              "to remove it)")
     args = parser.parse_args()
-    for name in ("step_seconds", "overload_seconds", "overload_factor"):
-        if getattr(args, name) <= 0:  # a phase of no arrivals has no rate to report
-            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     for name, value in (QUICK if args.quick else DEFAULTS).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    for name in ("step_seconds", "overload_seconds", "overload_factor"):
+        if getattr(args, name) <= 0:  # a phase of no arrivals has no rate to report
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     try:
         args.rates = [float(rate) for rate in args.rates.split(",")]
     except ValueError:
