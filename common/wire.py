@@ -515,29 +515,27 @@ def snapshot_to_wire(snapshot: LMSnapshot) -> LMSnapshotWire:
 
 def snapshot_from_wire(wire: LMSnapshotWire, cache: TopologyCache) -> LMSnapshot:
     """Raises `InvalidInput` if the nodes are unfit for a topology (duplicate ids, ...)."""
-    return LMSnapshot(
-        lm=wire.lm,
-        epoch=wire.epoch,
-        seq=wire.seq,
-        topology=cache.topology_for(wire),
-        free_cpu=tuple(wire.free_cpu),
-        free_mem=tuple(wire.free_mem),
-        up=up_from_hex(wire.up, len(wire.nodes)),
-        running=None
-        if wire.running is None
-        else tuple(
-            RunningInfo(
-                attempt_id=r.attempt_id,
-                node_index=r.node_index,
-                gm=r.gm,
-                user=r.user,
-                cpu_m=r.cpu_m,
-                mem_mib=r.mem_mib,
-                logical=r.logical,
-            )
-            for r in wire.running
-        ),
+    running = None if wire.running is None else tuple(
+        RunningInfo(
+            attempt_id=r.attempt_id,
+            node_index=r.node_index,
+            gm=r.gm,
+            user=r.user,
+            cpu_m=r.cpu_m,
+            mem_mib=r.mem_mib,
+            logical=r.logical,
+        )
+        for r in wire.running
     )
+    return _snapshot_on(wire, cache.topology_for(wire), running)
+
+
+def _snapshot_on(wire: LMSnapshotWire | LMStateWire, topology: ClusterTopology,
+                 running: tuple[RunningInfo, ...] | None) -> LMSnapshot:
+    """The changing part of `wire` on a topology already decoded (or cached)."""
+    return LMSnapshot(lm=wire.lm, epoch=wire.epoch, seq=wire.seq, topology=topology,
+                      free_cpu=tuple(wire.free_cpu), free_mem=tuple(wire.free_mem),
+                      up=up_from_hex(wire.up, len(topology.nodes)), running=running)
 
 
 def heartbeat_from_wire(
@@ -640,9 +638,7 @@ def lm_replied_from_wire(wire: LMReply, stimulus_id: str, topologies: TopologyCa
         if len(state.free_cpu) != len(topology.nodes):
             raise InvalidInput("state.free_cpu", f"has {len(state.free_cpu)} entries for "
                                                  f"{len(topology.nodes)} nodes")
-        snapshot = LMSnapshot(lm=state.lm, epoch=state.epoch, seq=state.seq, topology=topology,
-                              free_cpu=tuple(state.free_cpu), free_mem=tuple(state.free_mem),
-                              up=up_from_hex(state.up, len(topology.nodes)), running=None)
+        snapshot = _snapshot_on(state, topology, running=None)
     return LMReplied(
         stimulus_id=stimulus_id,
         lm=wire.lm,
