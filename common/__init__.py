@@ -1,4 +1,5 @@
-"""The scheduling core: plain Python that does no I/O (DESIGN section 6).
+"""The scheduling core: plain Python that does no I/O (docs/architecture.md, One core, three
+drivers).
 
 Every role (GM, LM, worker agent) is a state object with one entry point,
 `handle(event, now) -> list[Command]`. The services, the simulator and the tests are

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from bitarray import bitarray
 
 from common.cluster import ClusterState, ClusterTopology
+from common.errors import InvariantViolated
 from common.reasons import Reason
 
 Shape = tuple[frozenset[int], int, int]  # TaskSpec.shape: constraints, cpu_m, mem_mib
@@ -128,3 +129,11 @@ class BlockedDemands:
         if woken:
             self.dirty = True
         return len(woken)
+
+    def validate_parked(self, gm: str, job_id: str, user: str, pending: Iterable) -> None:
+        """A parked job's pending tasks all have blocked demands (else it would never wake)."""
+        if job_id in self.parked:
+            for task in pending:
+                if (user, task.shape) not in self:
+                    raise InvariantViolated(f"{gm}: job {job_id} is parked but "
+                                            f"{task.spec.task_id}'s demand is not blocked")

@@ -1,15 +1,15 @@
 """One LM's cluster as bit-vectors: the static topology and the dynamic resource state.
 
-Data layout (STYLE guideline 7): attribute-major. For each constraint id there is one
-`bitarray` over all nodes of the LM, and one ownership vector per GM marks that GM's
-partition. A partition's constraint vector is therefore `constraint & owned[gm]`: we keep
-the LM-wide vectors because a repartition then touches no vector at all (the requested
-resources become a logical node of the requester; see `common/lm.py`).
+Data layout: attribute-major. For each constraint id there is one `bitarray` over all nodes
+of the LM, and one ownership vector per GM marks that GM's partition. A partition's
+constraint vector is therefore `constraint & owned[gm]`: we keep the LM-wide vectors because
+a repartition then touches no vector at all (the requested resources become a logical node
+of the requester; see `common/lm.py`).
 
 Matching a task is the paper's operation: AND the vectors of its constraints with the
-partition and availability vectors, then check resource fit on the surviving nodes. The AND
-of its constraint vectors is static and cached per constraint set, so a placement costs
-two ANDs and a short scan.
+partition and availability vectors, then check resource fit on the surviving nodes (the scan
+is the placement policy's: `common/policies/placement.py`). The AND of its constraint vectors
+is static and cached per constraint set, so a placement costs two ANDs and a short scan.
 
 `ClusterState` is used twice: the LM holds the truth in one, every GM holds a possibly
 stale copy per LM (its view), refreshed from snapshots.
@@ -24,6 +24,7 @@ from bitarray import bitarray, frozenbitarray
 
 from common.errors import InvalidInput
 from common.models import DEFAULT_NUM_CONSTRAINTS, NodeSpec, validate_node
+from common.policies.placement import FIRST_FIT, PlacementPolicy
 
 
 class ClusterTopology:
@@ -359,35 +360,12 @@ class ClusterState:
         eligible: frozenbitarray,
         cpu_m: int,
         mem_mib: int,
-        best_fit: bool = False,
+        placement: PlacementPolicy = FIRST_FIT,
         start: int = 0,
     ) -> int:
-        """Index of an `eligible` node (see `ClusterTopology.partition_mask`) that fits, or -1.
-
-        First fit returns the first fitting node at or after `start`, wrapping around (the
-        GM starts at the next LM's first node: round-robin across LMs). Best fit returns the
-        one that leaves the least room (normalised cpu plus memory left over).
-        """
-        candidates = eligible & self.available
-        free_cpu = self.free_cpu
-        free_mem = self.free_mem
-        if not best_fit:
-            for i in candidates.search(1, start):
-                if free_cpu[i] >= cpu_m and free_mem[i] >= mem_mib:
-                    return i
-            if start:
-                for i in candidates.search(1, 0, start):
-                    if free_cpu[i] >= cpu_m and free_mem[i] >= mem_mib:
-                        return i
-            return -1
-        best, best_left = -1, float("inf")
-        cap_cpu, cap_mem = self.topology.cap_cpu, self.topology.cap_mem
-        for i in candidates.search(1):
-            if free_cpu[i] >= cpu_m and free_mem[i] >= mem_mib:
-                left = (free_cpu[i] - cpu_m) / cap_cpu[i] + (free_mem[i] - mem_mib) / cap_mem[i]
-                if left < best_left:
-                    best, best_left = i, left
-        return best
+        """Index of an `eligible` node (see `ClusterTopology.partition_mask`) that fits, or -1:
+        the one `placement` picks among the available ones (`start`: see its policy)."""
+        return placement.choose(self, eligible & self.available, cpu_m, mem_mib, start)
 
 
 class JournaledState(ClusterState):

@@ -11,7 +11,8 @@ from common.reasons import Reason
 
 @dataclass(slots=True)  # not frozen: one per task event, see common/messages.py
 class Log:
-    """One line of the JSON event log (DESIGN section 5); the driver adds `ts` and `svc`."""
+    """One line of the JSON event log (docs/architecture.md, The event log); the driver adds
+    `ts` and `svc`."""
 
     event: str
     fields: dict = field(default_factory=dict)

@@ -16,7 +16,7 @@ failure). `ready()` says which requests may leave now, in the order they were ma
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from common.errors import InvariantViolated
@@ -105,7 +105,12 @@ class RequestWindow:
     def queued(self) -> int:
         return self._queued_count
 
-    def validate(self) -> None:
+    def validate(self, reserved: Iterable[str] = ()) -> None:
+        """`reserved`: the request ids the view holds reservations for; each must be known."""
+        outliving = set(reserved) - set(self.requests)
+        if outliving:
+            raise InvariantViolated(f"{self.gm}: reservations outlive their requests: "
+                                    f"{sorted(outliving)}")
         sent = Counter(r.lm for r in self.requests.values() if r.sent)
         if +sent != +self.in_flight:
             raise InvariantViolated(f"{self.gm}: in-flight counts {dict(self.in_flight)} differ "

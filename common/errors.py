@@ -25,4 +25,5 @@ class IllegalTransition(RuntimeError):
 
 
 class InvariantViolated(AssertionError):
-    """Raised by `validate()` when a state object breaks one of DESIGN section 4's invariants."""
+    """Raised by `validate()` when a state object breaks an invariant (docs/architecture.md,
+    Invariants)."""

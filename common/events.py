@@ -1,7 +1,9 @@
 """Events: everything that can happen to a role, as small frozen records.
 
 Each event carries the id of the stimulus that caused it, so every state change it makes
-is recorded against that id (`story()`), and the JSON event log carries the same id.
+is recorded against that id (`story()`). In the simulator and the test harness, an event
+that a core's command caused has an id naming its cause (common/routing.py), so a story can
+be followed from core to core; the services number their stimuli per process.
 """
 
 from __future__ import annotations

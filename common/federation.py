@@ -63,8 +63,14 @@ an LM's GM partitions are contiguous blocks of nodes (`initial_partition`): roun
 part of every GM's partition on every worker, so losing one worker container costs every
 GM alike instead of wiping out one GM's whole internal partition.
 
-Every error is an `InvalidInput` naming a dotted path into the file (`lms[1].nodes.count`,
-`queues[2].gm`, `timing.heartbeat_intervall`); an unknown key is an error, so a misspelling
+The file is checked in two steps. Its tables are pydantic models (`_FederationFile` and the
+models it nests): types are strict (TOML has them: `"100"` is not a cpu, `5.0` not a count),
+ranges and each table's own rules are checked there, and the choices of a policy key are the
+names its family's registry knows (`common/policies/`). `Federation` then checks what spans
+tables (ids unique across LMs, a queue's GM exists, shares add up), for a federation built in
+code as well. Every error is an `InvalidInput` naming a dotted path into the file
+(`lms[1].nodes.count`, `queues[2].gm`, `timing.heartbeat_intervall`) and the first one, in the
+order of the shape above, is the one reported; an unknown key is an error, so a misspelling
 cannot silently leave a default in force.
 """
 
@@ -72,32 +78,45 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import math
 import random
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from common.cluster import ClusterTopology
 from common.constraint_model import MACHINE_CONSTRAINT_PERCENT, machine_constraints
 from common.errors import InvalidInput
-from common.gm import GMConfig
+from common.gm_config import GMConfig
 from common.models import DEFAULT_NUM_CONSTRAINTS, NodeSpec
 from common.policies.fairness import FAIRNESS_POLICIES, UserQueue, validate_queues
 from common.policies.job import JOB_POLICIES
 from common.policies.local_queue import LOCAL_QUEUE_POLICIES
+from common.policies.placement import PLACEMENT_POLICIES
+from common.policies.registry import Registry
 from common.resources import Resources
 
 # -- machine-constraint profiles -------------------------------------------------------------
 
 # STAND-INS, not data. The Megha paper gives each LM the machine-constraint probabilities of
 # one of Sharma et al.'s (SoCC 2011) Google clusters A, B or C, but Sharma's per-cluster
-# tables are not in any public text we could reach (see ../shared/WORKLOADS.md, "Placement
-# constraints"). The one public vector is `MACHINE_CONSTRAINT_PERCENT` in
-# `common/constraint_model.py`, taken from the Megha authors' constraint-aware simulator:
-# profile A is exactly that vector. B and C vary how densely machines carry attributes,
-# not which attributes are common, so the task model (tuned to the same 21 ids) still fits:
+# tables are not in any public text we could reach. The one public vector is
+# `MACHINE_CONSTRAINT_PERCENT` in `common/constraint_model.py`, taken from the Megha authors'
+# constraint-aware simulator: profile A is exactly that vector. B and C vary how densely
+# machines carry attributes, not which attributes are common, so the task model (tuned to
+# the same 21 ids) still fits:
 # B scales every percentage by 0.75 (a sparser cluster: a constrained task fits fewer
 # machines, 7.2 constraints per machine on average), C by 1.25, capped at 100 (a richer one,
 # 11.8 per machine; A has 9.65). Replace them here if the real tables turn up.
@@ -119,119 +138,236 @@ MACHINE_PROFILES: dict[str, tuple[float, ...]] = {
 PROFILE_NAMES: tuple[str, ...] = ("A", "B", "C")
 RANDOM_PROFILE = "random"
 
-PLACEMENTS: tuple[str, ...] = ("first_fit", "best_fit")
+
+# -- the file's tables (pydantic) --------------------------------------------------------------
+
+# A check in the file's own words. `key` names the field of the table a table-wide check is
+# about (a timeout measured against an interval), which pydantic's location would not.
+_REFUSED = "federation_file"
 
 
-# -- the parsed configuration ----------------------------------------------------------------
+def _refused(message: str, key: str | None = None) -> PydanticCustomError:
+    return PydanticCustomError(_REFUSED, "{message}", {"message": message, "key": key})
 
 
-@dataclass(frozen=True, slots=True)
-class Timing:
-    heartbeat_interval: float = 1.0  # LM -> GMs; the paper used 10 s, the testbed 1 s
-    worker_heartbeat_interval: float = 1.0  # worker agent -> its LM
-    worker_timeout: float = 3.0  # three missed worker heartbeats: its nodes are down
-    lm_timeout: float = 5.0  # a GM leaves an LM this silent out of its searches
-    attempt_grace: float = 3.0  # see GMConfig.attempt_grace
+class _Table(BaseModel):
+    """A table of the file: strict types, frozen, and unknown keys refused by name."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = [key for key in data if key not in cls.model_fields]
+            if unknown:
+                raise _refused(_unknown_keys(unknown, list(cls.model_fields)), key=unknown[0])
+        return data
+
+
+def _unknown_keys(unknown: Sequence[str], known: Sequence[str]) -> str:
+    hint = difflib.get_close_matches(unknown[0], known, n=1)
+    did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
+    return (f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+            f"(known: {', '.join(known)}){did_you_mean}")
+
+
+def _identifier(value: str) -> str:
+    """Ids end up in URLs, broker queue names and log lines: no empties, no whitespace."""
+    if not value or any(ch.isspace() for ch in value):
+        raise _refused(f"must be a non-empty id without whitespace, got {value!r}")
+    return value
+
+
+def _one_of(registry: Registry) -> Callable[[str], str]:
+    """A policy key's check: the names its family's registry knows, and no others."""
+
+    def known(name: str) -> str:
+        if name not in registry.names():
+            raise _refused(registry.unknown(name))
+        return name
+
+    return known
+
+
+def _profile(name: str) -> str:
+    if name != RANDOM_PROFILE and name not in MACHINE_PROFILES:
+        known = ", ".join((*PROFILE_NAMES, RANDOM_PROFILE))
+        raise _refused(f"unknown profile {name!r} (known: {known})")
+    return name
+
+
+def _no_repeats(constraints: list[int]) -> list[int]:
+    if len(set(constraints)) != len(constraints):
+        raise _refused(f"repeats an id: {constraints}")
+    return constraints
+
+
+Identifier = Annotated[str, AfterValidator(_identifier)]
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+AtLeastOne = Annotated[int, Field(ge=1)]
+JobPolicyName = Annotated[str, AfterValidator(_one_of(JOB_POLICIES))]
+FairnessPolicyName = Annotated[str, AfterValidator(_one_of(FAIRNESS_POLICIES))]
+PlacementPolicyName = Annotated[str, AfterValidator(_one_of(PLACEMENT_POLICIES))]
+LocalQueuePolicyName = Annotated[str, AfterValidator(_one_of(LOCAL_QUEUE_POLICIES))]
+
+
+class Timing(_Table):
+    heartbeat_interval: Seconds = 1.0  # LM -> GMs; the paper used 10 s, the testbed 1 s
+    worker_heartbeat_interval: Seconds = 1.0  # worker agent -> its LM
+    worker_timeout: Seconds = 3.0  # three missed worker heartbeats: its nodes are down
+    lm_timeout: Seconds = 5.0  # a GM leaves an LM this silent out of its searches
+    attempt_grace: Seconds = 3.0  # see GMConfig.attempt_grace
     # how often a service feeds its core a Tick: the resolution of its timeouts and of the
     # LM's heartbeat; every wake-up costs an idle service CPU, so not finer than needed
-    tick_interval: float = 0.25
+    tick_interval: Seconds = 0.25
     # An LM whose state has not changed repeats its heartbeat only this often (None: every
     # interval): GMs still hear it is alive, and an idle testbed does not pay for identical
     # snapshots. Between heartbeat_interval and lm_timeout.
-    heartbeat_keepalive: float | None = None
+    heartbeat_keepalive: Seconds | None = None
     # Pacing of the batched flows (services/batching.py): a busy sender's requests leave at
     # least this far apart, and what is offered meanwhile shares the next one. Each request
     # costs both ends a fixed price in CPU, so a longer pace buys capacity with latency.
     # Measured on the testbed at 300 tasks/s (benchmarks/bench_testbed.py): from 5, 20 and
     # 20 ms to these, the host's CPU fell from 197% to 188% and allocation p50 from 139 ms to
     # 92 ms, the wait for a paced request being far shorter than the wait for a busy core.
-    worker_launch_pace: float = 0.02  # LM -> a worker agent: adds up to this to allocation
-    report_pace: float = 0.1  # worker -> its LM: starts carry the worker's clock, not delayed
-    task_event_pace: float = 0.05  # LM -> each GM through RabbitMQ: GMs hear this much later
+    worker_launch_pace: Seconds = 0.02  # LM -> a worker agent: adds up to this to allocation
+    report_pace: Seconds = 0.1  # worker -> its LM: starts carry the worker's clock, not delayed
+    task_event_pace: Seconds = 0.05  # LM -> each GM through RabbitMQ: GMs hear this much later
 
-    def __post_init__(self) -> None:
-        for name in self.__dataclass_fields__:
-            if getattr(self, name) is not None:
-                _positive_number(getattr(self, name), f"timing.{name}")
+    @model_validator(mode="after")
+    def _consistent(self) -> Timing:
         keepalive = self.heartbeat_keepalive
         if keepalive is not None and not (
                 self.heartbeat_interval <= keepalive < self.lm_timeout):
-            raise InvalidInput(
-                "timing.heartbeat_keepalive",
+            raise _refused(
                 f"must be at least heartbeat_interval ({self.heartbeat_interval}) and less than "
-                f"lm_timeout ({self.lm_timeout}), got {keepalive}",
-            )
+                f"lm_timeout ({self.lm_timeout}), got {keepalive}", key="heartbeat_keepalive")
         # A timeout shorter than the interval it waits on would declare healthy peers dead
         # between two heartbeats.
         if self.worker_timeout <= self.worker_heartbeat_interval:
-            raise InvalidInput(
-                "timing.worker_timeout",
+            raise _refused(
                 f"must exceed worker_heartbeat_interval ({self.worker_heartbeat_interval}), "
-                f"got {self.worker_timeout}",
-            )
+                f"got {self.worker_timeout}", key="worker_timeout")
         if self.lm_timeout <= self.heartbeat_interval:
-            raise InvalidInput(
-                "timing.lm_timeout",
+            raise _refused(
                 f"must exceed heartbeat_interval ({self.heartbeat_interval}), "
-                f"got {self.lm_timeout}",
-            )
+                f"got {self.lm_timeout}", key="lm_timeout")
+        return self
 
 
-@dataclass(frozen=True, slots=True)
-class SLearnOptions:
-    sampling_ratio: float = 0.03  # the fraction of a wide job's tasks run first as pilots
-    thin_threshold: int = 3  # jobs with fewer tasks skip sampling
-
-    def __post_init__(self) -> None:
-        ratio = self.sampling_ratio
-        if not (_is_number(ratio) and 0 < ratio <= 1):
-            raise InvalidInput(
-                "policies.slearn.sampling_ratio", f"must be a number in (0, 1], got {ratio!r}"
-            )
-        _int(self.thin_threshold, "policies.slearn.thin_threshold", minimum=1)
-
-    def as_options(self) -> dict[str, Any]:
-        return {"sampling_ratio": self.sampling_ratio, "thin_threshold": self.thin_threshold}
+class SLearnOptions(_Table):
+    # the fraction of a wide job's tasks run first as pilots
+    sampling_ratio: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.03
+    thin_threshold: AtLeastOne = 3  # jobs with fewer tasks skip sampling
 
 
-@dataclass(frozen=True, slots=True)
-class Policies:
-    job: str = "fifo"
-    fairness: str = "fair_share"
-    placement: str = "first_fit"
-    local_queue: str = "srpt"
+class Policies(_Table):
+    """The policy of each family, by the name its registry knows it by (common/policies/)."""
+
+    job: JobPolicyName = "fifo"
+    fairness: FairnessPolicyName = "fair_share"
+    placement: PlacementPolicyName = "first_fit"
+    local_queue: LocalQueuePolicyName = "srpt"
     work_conserving: bool = True
-    slearn: SLearnOptions = field(default_factory=SLearnOptions)
+    slearn: SLearnOptions = Field(default_factory=SLearnOptions)
 
-    def __post_init__(self) -> None:
-        # The registries are the lists of known names, so a new policy needs no edit here.
-        _known_name(self.job, "policies.job", JOB_POLICIES)
-        _known_name(self.fairness, "policies.fairness", FAIRNESS_POLICIES)
-        _known_name(self.placement, "policies.placement", PLACEMENTS)
-        _known_name(self.local_queue, "policies.local_queue", LOCAL_QUEUE_POLICIES)
-        if not isinstance(self.work_conserving, bool):
-            raise InvalidInput(
-                "policies.work_conserving", f"must be true or false, got {self.work_conserving!r}"
-            )
+    def job_options(self) -> dict[str, Any]:
+        """The options of the chosen job policy: its table, named after it ([policies.slearn]
+        for slearn); a policy without one (fifo) gets none, its constructor takes none."""
+        table = {"slearn": self.slearn}.get(self.job)
+        return {} if table is None else table.model_dump()
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(_Table):
     """Bounds on the queues between components (docs/queues.md lists every queue)."""
 
     # A GM accepts a job only while fewer tasks than this wait in it (pending, held, or
     # accepted and not yet taken from its broker queue); past it, 429 with Retry-After.
-    gm_backlog_tasks: int = 5000
+    gm_backlog_tasks: AtLeastOne = 5000
     # Requests one GM keeps in flight to one LM; placements made meanwhile join the next.
-    lm_requests_in_flight: int = 1
+    lm_requests_in_flight: AtLeastOne = 1
     # Task events an LM holds while RabbitMQ cannot take them; at this many it refuses new
     # work (`lm_backlogged`) until half have left.
-    lm_task_event_outbox: int = 20_000
+    lm_task_event_outbox: Annotated[int, Field(ge=2)] = 20_000
 
-    def __post_init__(self) -> None:
-        _int(self.gm_backlog_tasks, "limits.gm_backlog_tasks", minimum=1)
-        _int(self.lm_requests_in_flight, "limits.lm_requests_in_flight", minimum=1)
-        _int(self.lm_task_event_outbox, "limits.lm_task_event_outbox", minimum=2)
+
+class _QueueEntry(_Table):
+    name: Identifier
+    share: Annotated[float, Field(allow_inf_nan=False)]  # range and sum: Federation checks them
+    gm: str  # one of gms: Federation checks it
+
+
+class _NodeBlock(_Table):
+    """`nodes = { count = ..., ... }`: an LM's nodes, generated (see `generate_nodes`)."""
+
+    count: AtLeastOne
+    cpu_m: AtLeastOne
+    mem_mib: AtLeastOne
+    workers: AtLeastOne = 1
+    # Default A: the one profile backed by public numbers.
+    profile: Annotated[str, AfterValidator(_profile)] = "A"
+
+    @model_validator(mode="after")
+    def _every_worker_has_a_node(self) -> _NodeBlock:
+        if self.workers > self.count:
+            raise _refused(f"{self.workers} workers for {self.count} nodes would leave a "
+                           "worker idle", key="workers")
+        return self
+
+
+class _NodeEntry(_Table):
+    """One `[[lms.nodes]]` entry: a node as written."""
+
+    id: Identifier
+    worker: Identifier
+    cpu_m: AtLeastOne
+    mem_mib: AtLeastOne
+    # range: Federation checks it against num_constraints
+    constraints: Annotated[list[int], AfterValidator(_no_repeats)] = Field(default_factory=list)
+
+
+# An LM's nodes are a table (generated) or an array of tables (listed). The tags appear in
+# pydantic's error locations, never in the file: `_path` leaves them out.
+_GENERATED, _LISTED = "<generated nodes>", "<listed nodes>"
+
+
+def _nodes_shape(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return _GENERATED
+    if isinstance(value, list):
+        return _LISTED
+    return None
+
+
+Nodes = Annotated[
+    Annotated[_NodeBlock, Tag(_GENERATED)] | Annotated[list[_NodeEntry], Tag(_LISTED)],
+    Discriminator(
+        _nodes_shape, custom_error_type=_REFUSED, custom_error_message="{message}",
+        custom_error_context={"message": "must be a table { count = ..., cpu_m = ..., "
+                                         "mem_mib = ... } or [[lms.nodes]] entries"}),
+]
+
+
+class _LMEntry(_Table):
+    id: Identifier
+    nodes: Nodes
+
+
+class _FederationFile(_Table):
+    """The whole file; keys in the order of the shape in this module's docstring."""
+
+    seed: int = 0
+    num_constraints: AtLeastOne = DEFAULT_NUM_CONSTRAINTS
+    gms: list[Identifier]
+    timing: Timing = Field(default_factory=Timing)
+    limits: Limits = Field(default_factory=Limits)
+    policies: Policies = Field(default_factory=Policies)
+    queues: list[_QueueEntry]
+    lms: list[_LMEntry]
+
+
+# -- the parsed configuration ----------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,8 +411,6 @@ class Federation:
     )
 
     def __post_init__(self) -> None:
-        _int(self.num_constraints, "num_constraints", minimum=1)
-        _int(self.seed, "seed")
         self._check_gms()
         self._check_lms()
         self._check_queues()
@@ -286,7 +420,11 @@ class Federation:
     def _check_gms(self) -> None:
         if not self.gms:
             raise InvalidInput("gms", "the federation needs at least one GM")
-        _unique_ids(self.gms, "gms")
+        seen: set[str] = set()
+        for j, gm in enumerate(self.gms):
+            if gm in seen:
+                raise InvalidInput(f"gms[{j}]", f"duplicate id {gm!r}")
+            seen.add(gm)
 
     def _check_lms(self) -> None:
         if not self.lms:
@@ -294,7 +432,6 @@ class Federation:
         node_owner: dict[str, str] = {}
         for i, lm in enumerate(self.lms):
             where = f"lms[{i}]"
-            _identifier(lm.id, f"{where}.id")
             if lm.id in self._lm_by_id:
                 raise InvalidInput(f"{where}.id", f"duplicate LM id {lm.id!r}")
             self._lm_by_id[lm.id] = lm
@@ -306,7 +443,6 @@ class Federation:
     def _check_node(
         self, node: NodeSpec, lm: str, where: str, node_owner: dict[str, str]
     ) -> None:
-        _identifier(node.node_id, f"{where}.id")
         if node.node_id in node_owner:
             raise InvalidInput(
                 f"{where}.id",
@@ -315,7 +451,6 @@ class Federation:
         node_owner[node.node_id] = lm
         if node.lm != lm:
             raise InvalidInput(f"{where}.lm", f"{node.lm!r} is not its LM {lm!r}")
-        _identifier(node.worker, f"{where}.worker")
         owner = self._worker_lm.setdefault(node.worker, lm)
         if owner != lm:
             raise InvalidInput(
@@ -324,10 +459,8 @@ class Federation:
                 "reports to exactly one LM",
             )
         self._worker_nodes.setdefault(node.worker, []).append(node)
-        _int(node.capacity.cpu_m, f"{where}.cpu_m", minimum=1)
-        _int(node.capacity.mem_mib, f"{where}.mem_mib", minimum=1)
-        for constraint in sorted(node.constraints, key=repr):
-            if not (_is_int(constraint) and 0 <= constraint < self.num_constraints):
+        for constraint in sorted(node.constraints):
+            if not 0 <= constraint < self.num_constraints:
                 raise InvalidInput(
                     f"{where}.constraints",
                     f"unknown constraint id {constraint!r} "
@@ -341,12 +474,9 @@ class Federation:
         names: set[str] = set()
         for i, queue in enumerate(self.queues):
             where = f"queues[{i}]"
-            _identifier(queue.name, f"{where}.name")
             if queue.name in names:  # the second use is the mistake: name it, not the first
                 raise InvalidInput(f"{where}.name", f"duplicate queue {queue.name!r}")
             names.add(queue.name)
-            if not _is_number(queue.share):
-                raise InvalidInput(f"{where}.share", f"must be a number, got {queue.share!r}")
             if queue.gm not in known:
                 raise InvalidInput(
                     f"{where}.gm", f"unknown GM {queue.gm!r} (known: {', '.join(self.gms)})"
@@ -388,15 +518,13 @@ class Federation:
         if gm_id not in self.gms:
             raise InvalidInput("gm_id", _unknown("GM", gm_id, self.gms))
         policies = self.policies
-        # Only slearn takes options; fifo's constructor refuses any.
-        options = policies.slearn.as_options() if policies.job == "slearn" else {}
         return GMConfig(
             gm_id=gm_id,
             queues=self.queues,
             job_policy=policies.job,
-            job_policy_options=options,
+            job_policy_options=policies.job_options(),
             fairness=policies.fairness,
-            best_fit=policies.placement == "best_fit",
+            placement=policies.placement,
             work_conserving=policies.work_conserving,
             lm_timeout=self.timing.lm_timeout,
             attempt_grace=self.timing.attempt_grace,
@@ -427,14 +555,6 @@ class Federation:
 
 # -- parsing -----------------------------------------------------------------------------------
 
-_TOP_KEYS = ("seed", "num_constraints", "gms", "timing", "limits", "policies", "queues",
-             "lms")
-_POLICY_KEYS = ("job", "fairness", "placement", "local_queue", "work_conserving", "slearn")
-_QUEUE_KEYS = ("name", "share", "gm")
-_LM_KEYS = ("id", "nodes")
-_BLOCK_KEYS = ("count", "cpu_m", "mem_mib", "workers", "profile")
-_NODE_KEYS = ("id", "worker", "cpu_m", "mem_mib", "constraints")
-
 
 def load_federation(text: str, source: str = "<text>") -> Federation:
     """Parse and check a federation file's text; `source` names it in syntax errors."""
@@ -442,122 +562,34 @@ def load_federation(text: str, source: str = "<text>") -> Federation:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # its message carries the line and column
         raise InvalidInput(source, f"TOML syntax error: {exc}") from None
-    _check_keys(document, "", _TOP_KEYS)
-    seed = _int(document.get("seed", 0), "seed")
-    num_constraints = _int(
-        document.get("num_constraints", DEFAULT_NUM_CONSTRAINTS), "num_constraints", minimum=1
-    )
-    # Parsed in the order the file reads, so the first error reported is the first in it.
-    gms = tuple(_string(gm, f"gms[{j}]") for j, gm in enumerate(_array(document, "gms", "")))
-    timing_table = _table(document.get("timing", {}), "timing")
-    _check_keys(timing_table, "timing", Timing.__dataclass_fields__)
-    timing = Timing(**timing_table)
-    limits_table = _table(document.get("limits", {}), "limits")
-    _check_keys(limits_table, "limits", Limits.__dataclass_fields__)
-    limits = Limits(**limits_table)
-    policies = _parse_policies(_table(document.get("policies", {}), "policies"))
-    queues = tuple(
-        _parse_queue(_table(item, f"queues[{i}]"), f"queues[{i}]")
-        for i, item in enumerate(_array(document, "queues", ""))
-    )
-    lms = tuple(
-        _parse_lm(_table(item, f"lms[{i}]"), f"lms[{i}]", seed, num_constraints)
-        for i, item in enumerate(_array(document, "lms", ""))
-    )
+    try:
+        parsed = _FederationFile.model_validate(document)
+    except ValidationError as error:
+        raise _invalid(error) from None
     return Federation(
-        gms=gms,
-        lms=lms,
-        queues=queues,
-        timing=timing,
-        policies=policies,
-        limits=limits,
-        num_constraints=num_constraints,
-        seed=seed,
+        gms=tuple(parsed.gms),
+        lms=tuple(_lm_config(lm, parsed.seed, parsed.num_constraints) for lm in parsed.lms),
+        queues=tuple(UserQueue(queue.name, queue.share, queue.gm) for queue in parsed.queues),
+        timing=parsed.timing,
+        policies=parsed.policies,
+        limits=parsed.limits,
+        num_constraints=parsed.num_constraints,
+        seed=parsed.seed,
     )
 
 
-def _parse_policies(table: Mapping[str, Any]) -> Policies:
-    _check_keys(table, "policies", _POLICY_KEYS)
-    slearn = _table(table.get("slearn", {}), "policies.slearn")
-    _check_keys(slearn, "policies.slearn", SLearnOptions.__dataclass_fields__)
-    values = {key: value for key, value in table.items() if key != "slearn"}
-    for key in ("job", "fairness", "placement", "local_queue"):
-        if key in values:
-            _string(values[key], f"policies.{key}")
-    return Policies(**values, slearn=SLearnOptions(**slearn))
-
-
-def _parse_queue(table: Mapping[str, Any], where: str) -> UserQueue:
-    _check_keys(table, where, _QUEUE_KEYS)
-    return UserQueue(
-        name=_string(_required(table, "name", where), f"{where}.name"),
-        share=_required(table, "share", where),  # range and sum: Federation checks them
-        gm=_string(_required(table, "gm", where), f"{where}.gm"),
-    )
-
-
-def _parse_lm(
-    table: Mapping[str, Any], where: str, seed: int, num_constraints: int
-) -> LMConfig:
-    _check_keys(table, where, _LM_KEYS)
-    lm_id = _identifier(_required(table, "id", where), f"{where}.id")
-    nodes = _required(table, "nodes", where)
-    if isinstance(nodes, dict):
-        return _generate_lm(lm_id, nodes, f"{where}.nodes", seed, num_constraints)
-    if isinstance(nodes, list):
-        return LMConfig(
-            lm_id,
-            tuple(_parse_node(lm_id, item, f"{where}.nodes[{k}]") for k, item in enumerate(nodes)),
-        )
-    raise InvalidInput(
-        f"{where}.nodes",
-        "must be a table { count = ..., cpu_m = ..., mem_mib = ... } or [[lms.nodes]] entries",
-    )
-
-
-def _parse_node(lm_id: str, item: Any, where: str) -> NodeSpec:
-    table = _table(item, where)
-    _check_keys(table, where, _NODE_KEYS)
-    constraints = table.get("constraints", [])
-    if not isinstance(constraints, list):
-        raise InvalidInput(f"{where}.constraints", "must be an array of constraint ids")
-    for constraint in constraints:
-        _int(constraint, f"{where}.constraints")
-    if len(set(constraints)) != len(constraints):
-        raise InvalidInput(f"{where}.constraints", f"repeats an id: {constraints}")
-    return NodeSpec(
-        node_id=_string(_required(table, "id", where), f"{where}.id"),
-        lm=lm_id,
-        worker=_string(_required(table, "worker", where), f"{where}.worker"),
-        capacity=Resources(
-            _int(_required(table, "cpu_m", where), f"{where}.cpu_m", minimum=1),
-            _int(_required(table, "mem_mib", where), f"{where}.mem_mib", minimum=1),
-        ),
-        constraints=frozenset(constraints),  # range: Federation checks it
-    )
-
-
-def _generate_lm(
-    lm_id: str, block: Mapping[str, Any], where: str, seed: int, num_constraints: int
-) -> LMConfig:
-    _check_keys(block, where, _BLOCK_KEYS)
-    count = _int(_required(block, "count", where), f"{where}.count", minimum=1)
-    cpu_m = _int(_required(block, "cpu_m", where), f"{where}.cpu_m", minimum=1)
-    mem_mib = _int(_required(block, "mem_mib", where), f"{where}.mem_mib", minimum=1)
-    workers = _int(block.get("workers", 1), f"{where}.workers", minimum=1)
-    if workers > count:
-        raise InvalidInput(
-            f"{where}.workers", f"{workers} workers for {count} nodes would leave a worker idle"
-        )
-    # Default A: the one profile backed by public numbers.
-    profile = _string(block.get("profile", "A"), f"{where}.profile")
-    if profile != RANDOM_PROFILE and profile not in MACHINE_PROFILES:
-        known = ", ".join((*PROFILE_NAMES, RANDOM_PROFILE))
-        raise InvalidInput(f"{where}.profile", f"unknown profile {profile!r} (known: {known})")
-    nodes, resolved = generate_nodes(
-        lm_id, count, Resources(cpu_m, mem_mib), workers, profile, seed, num_constraints
-    )
-    return LMConfig(lm_id, nodes, resolved)
+def _lm_config(lm: _LMEntry, seed: int, num_constraints: int) -> LMConfig:
+    if isinstance(lm.nodes, _NodeBlock):
+        block = lm.nodes
+        nodes, profile = generate_nodes(lm.id, block.count, Resources(block.cpu_m, block.mem_mib),
+                                        block.workers, block.profile, seed, num_constraints)
+        return LMConfig(lm.id, nodes, profile)
+    return LMConfig(lm.id, tuple(
+        NodeSpec(node_id=node.id, lm=lm.id, worker=node.worker,
+                 capacity=Resources(node.cpu_m, node.mem_mib),
+                 constraints=frozenset(node.constraints))
+        for node in lm.nodes
+    ))
 
 
 def generate_nodes(
@@ -603,92 +635,56 @@ def derived_seed(seed: int, kind: str, name: str) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-# -- small checks --------------------------------------------------------------------------------
+# -- errors --------------------------------------------------------------------------------------
+
+# pydantic's error types, in the file's words ("must be ..., got <value>")
+_MUST_BE = {
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "list_type": "must be an array",
+    "model_type": "must be a table",
+    "dict_type": "must be a table",
+    "finite_number": "must be a finite number",
+}
+_BOUNDS = {
+    "greater_than": ("gt", "greater than"),
+    "greater_than_equal": ("ge", "at least"),
+    "less_than": ("lt", "less than"),
+    "less_than_equal": ("le", "at most"),
+}
 
 
-def _check_keys(table: Mapping[str, Any], where: str, known: Sequence[str] | Mapping) -> None:
-    unknown = [key for key in table if key not in known]
-    if not unknown:
-        return
-    first = unknown[0]
-    hint = difflib.get_close_matches(first, list(known), n=1)
-    did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
-    raise InvalidInput(
-        f"{where}.{first}" if where else first,
-        f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
-        f"(known: {', '.join(known)}){did_you_mean}",
-    )
+def _invalid(error: ValidationError) -> InvalidInput:
+    """The file's first error as an `InvalidInput` naming its dotted path."""
+    first = error.errors(include_url=False)[0]
+    kind, context = first["type"], first.get("ctx") or {}
+    where = _path(first["loc"], context.get("key"))
+    got = first.get("input")
+    if kind == _REFUSED:
+        message = context["message"]
+    elif kind == "missing":
+        message = "is required"
+    elif kind in _BOUNDS:
+        bound, words = _BOUNDS[kind]
+        message = f"must be {words} {context[bound]:g}, got {got!r}"
+    elif kind in _MUST_BE:
+        message = f"{_MUST_BE[kind]}, got {got!r}"
+    else:
+        message = f"{first['msg']}, got {got!r}"
+    return InvalidInput(where, message)
 
 
-def _required(table: Mapping[str, Any], key: str, where: str) -> Any:
-    if key not in table:
-        raise InvalidInput(f"{where}.{key}" if where else key, "is required")
-    return table[key]
-
-
-def _table(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidInput(where, f"must be a table, got {value!r}")
-    return value
-
-
-def _array(table: Mapping[str, Any], key: str, where: str) -> list[Any]:
-    value = _required(table, key, where)
-    if not isinstance(value, list):
-        raise InvalidInput(f"{where}.{key}" if where else key, f"must be an array, got {value!r}")
-    return value
-
-
-def _string(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(where, f"must be a string, got {value!r}")
-    return value
-
-
-def _identifier(value: Any, where: str) -> str:
-    """Ids end up in URLs, broker queue names and log lines: no empties, no whitespace."""
-    _string(value, where)
-    if not value or any(ch.isspace() for ch in value):
-        raise InvalidInput(where, f"must be a non-empty id without whitespace, got {value!r}")
-    return value
-
-
-def _unique_ids(ids: Sequence[Any], where: str) -> None:
-    seen: set[str] = set()
-    for j, value in enumerate(ids):
-        _identifier(value, f"{where}[{j}]")
-        if value in seen:
-            raise InvalidInput(f"{where}[{j}]", f"duplicate id {value!r}")
-        seen.add(value)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value))
-
-
-def _int(value: Any, where: str, minimum: int | None = None) -> int:
-    if not _is_int(value):
-        raise InvalidInput(where, f"must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise InvalidInput(where, f"must be at least {minimum}, got {value}")
-    return value
-
-
-def _positive_number(value: Any, where: str) -> float:
-    if not (_is_number(value) and value > 0):
-        raise InvalidInput(where, f"must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def _known_name(value: Any, where: str, known: Sequence[str] | Mapping) -> None:
-    if not isinstance(value, str) or value not in known:
-        names = ", ".join(sorted(known))
-        raise InvalidInput(where, f"unknown policy {value!r} (known: {names})")
+def _path(location: Sequence[str | int], key: str | None) -> str:
+    """`lms[1].nodes.count` from pydantic's ('lms', 1, 'nodes', <tag>, 'count')."""
+    path = ""
+    for part in (*location, *([key] if key else [])):
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part not in (_GENERATED, _LISTED):
+            path = f"{path}.{part}" if path else part
+    return path or "federation"
 
 
 def _unknown(kind: str, value: str, known: Sequence[str] | Mapping) -> str:

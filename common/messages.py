@@ -24,7 +24,7 @@ class RequestKind(StrEnum):
 class Placement:
     """One launch item: run this attempt of a task on that node for that GM."""
 
-    attempt_id: str  # `task_id#n`: the idempotency key of a launch
+    attempt_id: str  # `task_id#epoch.n` (the GM's): the idempotency key of a launch
     task: TaskSpec
     node_id: str
     gm: str
@@ -59,7 +59,3 @@ class TaskEvent:
     runtime: float | None = None  # measured by the worker, for finished attempts
     detail: str = ""
     at: float | None = None  # the worker's clock when a "started" attempt started
-
-
-def attempt_id_of(task_id: str, attempt: int) -> str:
-    return f"{task_id}#{attempt}"

@@ -11,9 +11,7 @@ from enum import StrEnum
 
 class Reason(StrEnum):
     # outcomes of the GM's own search over its view
-    PLACED = "placed"
     NO_CAPACITY = "no_capacity"  # feasible nodes exist, none has room in the GM's view now
-    INFEASIBLE = "infeasible"  # no node in the federation satisfies constraints and size
     NO_VIEW = "no_view"  # the GM has no state of any LM yet (just started)
     HELD_FOR_PILOTS = "held_for_pilots"  # slearn: waits for its job's pilot tasks
     WAITING_FOR_LM = "waiting_for_lm"  # placed, launch request in flight

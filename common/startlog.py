@@ -1,6 +1,6 @@
 """What every driver of the core logs the same way, so `megha inspect` reads a testbed and a
-simulation alike (DESIGN section 5): the first line of a GM and of an LM, and which events
-carry `handle_s`, the core's time on the event that produced them.
+simulation alike (docs/architecture.md, The event log): the first line of a GM and of an LM,
+and which events carry `handle_s`, the core's time on the event that produced them.
 
 Timestamps are taken when a core has returned; with `handle_s` on the placement (GM), launch
 (LM) and receipt or start (worker), they split a task's allocation time into queuing,

@@ -32,6 +32,7 @@ from common.cluster import (
     LMSnapshot,
     RunningInfo,
 )
+from common.policies.placement import FIRST_FIT, PlacementPolicy
 
 
 @dataclass(slots=True, eq=False)
@@ -238,12 +239,13 @@ class FederationView:
 
     def find(
         self, constraints: frozenset[int], cpu_m: int, mem_mib: int, internal: bool,
-        start_slot: int, best_fit: bool = False,
+        start_slot: int, placement: PlacementPolicy = FIRST_FIT,
     ) -> tuple[int, int]:
-        """(slot position, local node index) of a fitting node, or (-1, -1).
+        """(slot position, local node index) of the fitting node `placement` picks, or
+        (-1, -1).
 
-        Internal: this GM's partitions; external: every other GM's. The scan starts at
-        the first node of `order[start_slot]` and wraps around.
+        Internal: this GM's partitions; external: every other GM's. A scan with an order
+        (first fit) starts at the first node of `order[start_slot]` and wraps around.
         """
         if self.g < 0:
             return -1, -1
@@ -257,7 +259,7 @@ class FederationView:
         if not self.all_reachable:
             eligible = eligible & self.reachable
         start = self._offsets[start_slot % len(self.order)]
-        gi = self.state.find(eligible, cpu_m, mem_mib, best_fit, start)
+        gi = self.state.find(eligible, cpu_m, mem_mib, placement, start)
         if gi < 0:
             return -1, -1
         k = bisect_right(self._offsets, gi) - 1

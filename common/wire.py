@@ -2,8 +2,8 @@
 
 HTTP bodies (client -> GM, GM -> LM, LM -> worker) and RabbitMQ payloads (heartbeats, task
 events) are validated here, at the edge, and converted to and from the core's frozen
-dataclasses by the small functions below (STYLE guideline 8). The core never sees a pydantic
-model, and nothing here does I/O.
+dataclasses by the small functions below (docs/architecture.md, Code style). The core never
+sees a pydantic model, and nothing here does I/O.
 
 Conventions:
 
@@ -41,9 +41,10 @@ from common.events import (
     WorkerTaskStarted,
 )
 from common.messages import LaunchResult, Placement, RequestKind, TaskEvent
-from common.models import DEFAULT_NUM_CONSTRAINTS, JobSpec, NodeSpec, TaskSpec, validate_job
+from common.models import DEFAULT_NUM_CONSTRAINTS, JobSpec, NodeSpec, TaskSpec
 from common.reasons import Reason
 from common.resources import Resources
+from common.routing import worker_report_event
 
 # --- field types ---------------------------------------------------------------------------------
 
@@ -100,16 +101,12 @@ def local_task_ids(tasks: Sequence[TaskSubmission]) -> list[str]:
     return [str(i) if task.task_id is None else task.task_id for i, task in enumerate(tasks)]
 
 
-def job_from_wire(
-    sub: JobSubmission,
-    job_id: str,
-    arrival: float,
-    num_constraints: int = DEFAULT_NUM_CONSTRAINTS,
-) -> JobSpec:
+def job_from_wire(sub: JobSubmission, job_id: str, arrival: float) -> JobSpec:
     """The core job of a submission; `job_id` is used when the client chose none.
 
-    Core task ids are `job_id/local_id`, unique across the federation. Raises `InvalidInput`
-    naming the field (`tasks[3].constraints`) for what only the core can judge.
+    Core task ids are `job_id/local_id`, unique across the federation. What only the
+    federation can judge (constraint ids, feasibility, task ids of other jobs) is checked once,
+    by the GM core (`GlobalMaster.check_job`, also run when the job is handled), not here.
     """
     effective_id = sub.job_id if sub.job_id is not None else job_id
     if TASK_ID_SEPARATOR in effective_id:
@@ -132,7 +129,6 @@ def job_from_wire(
         weight=sub.weight,
         estimated_task_duration=sub.estimated_task_duration,
     )
-    validate_job(job, num_constraints)
     return job
 
 
@@ -745,28 +741,18 @@ def report_to_wire(report: ReportToLM, worker: str) -> WorkerReport:
     )
 
 
+def report_from_wire(wire: WorkerReport) -> ReportToLM:
+    """The worker core's command that `report_to_wire` sent."""
+    return ReportToLM(kind=Reason(wire.kind), attempt_id=wire.attempt_id, runtime=wire.runtime,
+                      detail=wire.detail, at=wire.at)
+
+
 def worker_report_to_event(
     wire: WorkerReport, stimulus_id: str
 ) -> WorkerTaskStarted | WorkerTaskFinished | WorkerTaskFailed:
-    attempt = wire.attempt_id
-    if wire.kind == "started":
-        return WorkerTaskStarted(stimulus_id=stimulus_id, worker=wire.worker, attempt_id=attempt,
-                                 at=wire.at)
-    if wire.kind == "finished":
-        assert wire.runtime is not None  # the model's validator guarantees it
-        return WorkerTaskFinished(
-            stimulus_id=stimulus_id, worker=wire.worker, attempt_id=attempt, runtime=wire.runtime
-        )
-    if wire.kind == "cancelled":
-        # The core has no separate "worker cancelled" event: for the LM a cancelled attempt
-        # is one that ended without finishing, which is what `WorkerTaskFailed` means. The
-        # prefix keeps the cause readable in the story and the event log.
-        detail = f"cancelled: {wire.detail}" if wire.detail else "cancelled"
-    else:
-        detail = wire.detail
-    return WorkerTaskFailed(
-        stimulus_id=stimulus_id, worker=wire.worker, attempt_id=attempt, detail=detail
-    )
+    """The LM's event for a worker's report: the same as in the simulator and the test
+    harness (common/routing.py)."""
+    return worker_report_event(wire.worker, report_from_wire(wire), stimulus_id)
 
 
 def worker_heartbeat_to_wire(worker: str, running: Sequence[Placement]) -> WorkerHeartbeatWire:
@@ -780,21 +766,3 @@ def worker_heartbeat_from_wire(wire: WorkerHeartbeatWire, stimulus_id: str) -> W
         running=tuple(placement_from_wire(p) for p in wire.running),
     )
 
-
-# --- routing -------------------------------------------------------------------------------------
-
-MESSAGE_KINDS: dict[str, type[BaseModel]] = {
-    "job": JobSubmission,
-    "launch_request": LaunchRequest,
-    "preempt_request": PreemptRequest,
-    "lm_reply": LMReply,
-    "snapshot": LMSnapshotWire,
-    "lm_state": LMStateWire,
-    "task_event": TaskEventWire,
-    "task_events": TaskEventBatchWire,
-    "worker_report": WorkerReport,
-    "worker_reports": WorkerReportBatch,
-    "worker_batch": WorkerBatchWire,
-    "worker_heartbeat": WorkerHeartbeatWire,
-}
-"""Message kind -> wire model, for a broker or endpoint that carries several kinds."""

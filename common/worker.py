@@ -23,9 +23,10 @@ from common.events import Event, TaskAssigned, TaskCancelled, TaskRunEnded, Tick
 from common.lifecycle import check_transition
 from common.messages import Placement
 from common.models import NodeSpec, validate_node
-from common.policies.local_queue import LocalQueue, local_queue_policy
+from common.policies.local_queue import LOCAL_QUEUE_POLICIES, LocalQueue
 from common.reasons import Reason
 from common.resources import ZERO, Resources
+from common.step import Step
 from common.story import TransitionLog
 
 DEFAULT_ENDED_MEMORY = 20_000
@@ -83,7 +84,7 @@ class WorkerAgent:
     ) -> None:
         if not worker_id:
             raise InvalidInput("worker_id", "must be a non-empty string")
-        queue_class = local_queue_policy(queue_policy)
+        queue_class = LOCAL_QUEUE_POLICIES.get(queue_policy)
         if max_queue < 0:
             raise InvalidInput("max_queue", f"must be >= 0, got {max_queue}")
         if ended_memory < 1:
@@ -108,7 +109,7 @@ class WorkerAgent:
         self._queued_total = 0
         self._arrival_seq = 0
         self._log = TransitionLog(maxlen=story_len)
-        self._handlers: dict[type, Callable[..., list[Command]]] = {
+        self._handlers: dict[type, Callable[..., None]] = {
             TaskAssigned: self._on_assigned,
             TaskRunEnded: self._on_run_ended,
             TaskCancelled: self._on_cancelled,
@@ -121,7 +122,9 @@ class WorkerAgent:
         handler = self._handlers.get(type(event))
         if handler is None:
             raise InvalidInput("event", f"a worker agent does not handle {type(event).__name__}")
-        return handler(event, now)
+        step = Step(event.stimulus_id, now)
+        handler(event, step)
+        return step.commands
 
     # --- queries --------------------------------------------------------------------------
 
@@ -149,56 +152,58 @@ class WorkerAgent:
 
     # --- handlers -------------------------------------------------------------------------
 
-    def _on_tick(self, event: Tick, now: float) -> list[Command]:
+    def _on_tick(self, event: Tick, step: Step) -> None:
         # nothing is time-driven here: the driver's runner ends tasks, and queued tasks
         # start on the release that makes room for them
-        return []
+        pass
 
-    def _on_assigned(self, event: TaskAssigned, now: float) -> list[Command]:
+    def _on_assigned(self, event: TaskAssigned, step: Step) -> None:
         placement = event.placement
-        attempt_id = placement.attempt_id
-        known = self.state_of(attempt_id)
+        known = self.state_of(placement.attempt_id)
         if known is not None:
             fields = self._fields(placement) | {"state": str(known)}
-            return [Log("worker_duplicate_assignment", fields)]
+            step.emit(Log("worker_duplicate_assignment", fields))
+            return
         node = self._nodes.get(placement.node_id)
         if node is None:
-            return self._refuse(event, now, placement, f"unknown node {placement.node_id!r}")
+            self._refuse(step, placement, f"unknown node {placement.node_id!r}")
+            return
         demand = placement.task.demand
         try:
             demand.validate_demand("demand")
         except InvalidInput as error:
-            return self._refuse(event, now, placement, f"invalid demand: {error}")
+            self._refuse(step, placement, f"invalid demand: {error}")
+            return
         if not demand.fits_in(node.spec.capacity):
-            return self._refuse(event, now, placement, "demand exceeds node capacity")
-        # Work conservation keeps every queued task of this node unable to fit its free
-        # resources, so none of higher order could start before this one if it fits now.
-        if demand.fits_in(node.free):
-            return self._start(event.stimulus_id, now, node, placement, AttemptState.NEW)
-        if self._queued_total >= self.max_queue:
-            return self._refuse(event, now, placement, "local queue full")
-        return self._enqueue(event.stimulus_id, now, node, placement)
+            self._refuse(step, placement, "demand exceeds node capacity")
+        elif demand.fits_in(node.free):
+            # Work conservation keeps every queued task of this node unable to fit its free
+            # resources, so none of higher order could start before this one if it fits now.
+            self._start(step, node, placement, AttemptState.NEW)
+        elif self._queued_total >= self.max_queue:
+            self._refuse(step, placement, "local queue full")
+        else:
+            self._enqueue(step, node, placement)
 
-    def _on_run_ended(self, event: TaskRunEnded, now: float) -> list[Command]:
+    def _on_run_ended(self, event: TaskRunEnded, step: Step) -> None:
         live = self._live.get(event.attempt_id)
         if live is None or live.state is not AttemptState.RUNNING:
             # e.g. the runner's own end of a task already killed: it was reported then
-            return [self._unknown_attempt_log("task_run_ended", event.attempt_id)]
+            step.emit(self._unknown_attempt_log("task_run_ended", event.attempt_id))
+            return
         placement = live.placement
         node = self._nodes[placement.node_id]
-        self._release(event.stimulus_id, now, node, placement, AttemptState.FINISHED)
-        commands: list[Command] = [
-            ReportToLM(Reason.FINISHED, placement.attempt_id, runtime=event.runtime),
-            Log("task_finished", self._fields(placement) | {"runtime": event.runtime}),
-        ]
-        commands += self._start_queued(event.stimulus_id, now, node)
-        return commands
+        self._release(step, node, placement, AttemptState.FINISHED)
+        step.emit(ReportToLM(Reason.FINISHED, placement.attempt_id, runtime=event.runtime))
+        step.emit(Log("task_finished", self._fields(placement) | {"runtime": event.runtime}))
+        self._start_queued(step, node)
 
-    def _on_cancelled(self, event: TaskCancelled, now: float) -> list[Command]:
+    def _on_cancelled(self, event: TaskCancelled, step: Step) -> None:
         attempt_id = event.attempt_id
         live = self._live.get(attempt_id)
         if live is None:
-            return self._cancel_unknown(event, now)
+            self._cancel_unknown(step, attempt_id)
+            return
         placement = live.placement
         node = self._nodes[placement.node_id]
         detail = str(event.reason)
@@ -207,34 +212,36 @@ class WorkerAgent:
         if live.state is AttemptState.QUEUED:
             node.queue.remove(attempt_id)
             self._queued_total -= 1
-            self._end(event.stimulus_id, now, attempt_id, live.state, AttemptState.CANCELLED)
-            return [report, Log("task_cancelled", fields)]
-        self._release(event.stimulus_id, now, node, placement, AttemptState.CANCELLED)
-        commands: list[Command] = [KillTask(attempt_id), report, Log("task_cancelled", fields)]
-        commands += self._start_queued(event.stimulus_id, now, node)
-        return commands
+            self._end(step, attempt_id, live.state, AttemptState.CANCELLED)
+            step.emit(report)
+            step.emit(Log("task_cancelled", fields))
+            return
+        self._release(step, node, placement, AttemptState.CANCELLED)
+        step.emit(KillTask(attempt_id))
+        step.emit(report)
+        step.emit(Log("task_cancelled", fields))
+        self._start_queued(step, node)
 
-    def _cancel_unknown(self, event: TaskCancelled, now: float) -> list[Command]:
-        attempt_id = event.attempt_id
+    def _cancel_unknown(self, step: Step, attempt_id: str) -> None:
         if attempt_id not in self._ended:
             # The cancel overtook its assignment: remember it, so the late assignment is
             # refused instead of running on resources the LM has already taken back.
-            self._end(event.stimulus_id, now, attempt_id, AttemptState.NEW, AttemptState.CANCELLED)
-        return [self._unknown_attempt_log("task_cancelled", attempt_id)]
+            self._end(step, attempt_id, AttemptState.NEW, AttemptState.CANCELLED)
+        step.emit(self._unknown_attempt_log("task_cancelled", attempt_id))
 
     # --- transitions ----------------------------------------------------------------------
 
     def _start(
         self,
-        stimulus_id: str,
-        now: float,
+        step: Step,
         node: _NodeState,
         placement: Placement,
         old: AttemptState,
         queued_seconds: float = 0.0,
-    ) -> list[Command]:
+    ) -> None:
         attempt_id = placement.attempt_id
-        self._transition(now, stimulus_id, attempt_id, old, AttemptState.RUNNING)
+        now = step.now
+        self._transition(step, attempt_id, old, AttemptState.RUNNING)
         node.free = node.free - placement.task.demand
         node.running[attempt_id] = placement
         self._live[attempt_id] = _LiveAttempt(placement, AttemptState.RUNNING, now)
@@ -244,29 +251,25 @@ class WorkerAgent:
             "priority": placement.priority,
             "pilot": placement.pilot,
         }
-        return [
-            RunTask(attempt_id, node.spec.node_id, duration=placement.task.duration),
-            ReportToLM(Reason.STARTED, attempt_id, at=now),
-            Log("task_started", fields),
-        ]
+        step.emit(RunTask(attempt_id, node.spec.node_id, duration=placement.task.duration))
+        step.emit(ReportToLM(Reason.STARTED, attempt_id, at=now))
+        step.emit(Log("task_started", fields))
 
-    def _enqueue(
-        self, stimulus_id: str, now: float, node: _NodeState, placement: Placement
-    ) -> list[Command]:
+    def _enqueue(self, step: Step, node: _NodeState, placement: Placement) -> None:
         attempt_id = placement.attempt_id
-        self._transition(now, stimulus_id, attempt_id, AttemptState.NEW, AttemptState.QUEUED)
+        self._transition(step, attempt_id, AttemptState.NEW, AttemptState.QUEUED)
         self._arrival_seq += 1
         node.queue.push(placement, self._arrival_seq)
         self._queued_total += 1
-        self._live[attempt_id] = _LiveAttempt(placement, AttemptState.QUEUED, now)
+        self._live[attempt_id] = _LiveAttempt(placement, AttemptState.QUEUED, step.now)
         fields = self._fields(placement) | {
             "queue_length": len(node.queue),
             "priority": placement.priority,
             "pilot": placement.pilot,
         }
-        return [Log("task_queued", fields)]
+        step.emit(Log("task_queued", fields))
 
-    def _start_queued(self, stimulus_id: str, now: float, node: _NodeState) -> list[Command]:
+    def _start_queued(self, step: Step, node: _NodeState) -> None:
         """Start queued tasks that fit, in policy order; one that does not fit is skipped."""
         chosen: list[Placement] = []
         free = node.free
@@ -276,64 +279,45 @@ class WorkerAgent:
             if placement.task.demand.fits_in(free):
                 chosen.append(placement)
                 free = free - placement.task.demand
-        commands: list[Command] = []
         for placement in chosen:
             node.queue.remove(placement.attempt_id)
             self._queued_total -= 1
             queued_since = self._live[placement.attempt_id].since
-            commands += self._start(
-                stimulus_id, now, node, placement, AttemptState.QUEUED, now - queued_since
-            )
-        return commands
+            self._start(step, node, placement, AttemptState.QUEUED, step.now - queued_since)
 
     def _release(
-        self,
-        stimulus_id: str,
-        now: float,
-        node: _NodeState,
-        placement: Placement,
-        new: AttemptState,
+        self, step: Step, node: _NodeState, placement: Placement, new: AttemptState
     ) -> None:
         del node.running[placement.attempt_id]
         node.free = node.free + placement.task.demand
-        self._end(stimulus_id, now, placement.attempt_id, AttemptState.RUNNING, new)
+        self._end(step, placement.attempt_id, AttemptState.RUNNING, new)
 
-    def _refuse(
-        self, event: TaskAssigned, now: float, placement: Placement, detail: str
-    ) -> list[Command]:
+    def _refuse(self, step: Step, placement: Placement, detail: str) -> None:
         attempt_id = placement.attempt_id
-        self._end(event.stimulus_id, now, attempt_id, AttemptState.NEW, AttemptState.FAILED, detail)
-        return [
-            ReportToLM(Reason.FAILED, attempt_id, detail=detail),
-            Log("task_failed", self._fields(placement) | {"detail": detail}),
-        ]
+        self._end(step, attempt_id, AttemptState.NEW, AttemptState.FAILED, detail)
+        step.emit(ReportToLM(Reason.FAILED, attempt_id, detail=detail))
+        step.emit(Log("task_failed", self._fields(placement) | {"detail": detail}))
 
     def _end(
         self,
-        stimulus_id: str,
-        now: float,
+        step: Step,
         attempt_id: str,
         old: AttemptState,
         new: AttemptState,
         detail: str = "",
     ) -> None:
-        self._transition(now, stimulus_id, attempt_id, old, new, detail)
+        self._transition(step, attempt_id, old, new, detail)
         self._live.pop(attempt_id, None)
         self._ended[attempt_id] = new
         if len(self._ended) > self._ended_memory:
             self._ended.popitem(last=False)
 
     def _transition(
-        self,
-        now: float,
-        stimulus_id: str,
-        attempt_id: str,
-        old: AttemptState,
-        new: AttemptState,
-        detail: str = "",
+        self, step: Step, attempt_id: str, old: AttemptState, new: AttemptState, detail: str = ""
     ) -> None:
-        check_transition(ATTEMPT_TRANSITIONS, attempt_id, old, new, self._log)
-        self._log.record(now, stimulus_id, attempt_id, str(old), str(new), detail)
+        if new not in ATTEMPT_TRANSITIONS[old]:  # the check costs a call only when it fails
+            check_transition(ATTEMPT_TRANSITIONS, attempt_id, old, new, self._log)
+        self._log.record(step.now, step.stimulus_id, attempt_id, old, new, detail)
 
     # --- log fields -----------------------------------------------------------------------
 

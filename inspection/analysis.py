@@ -6,8 +6,9 @@ every figure is joined by id at the end: `feed` keeps a few numbers per job and 
 never the events.
 
 Allocation time of a task = its first start on a worker - its job's arrival at the GM
-(DESIGN section 5). For the attempt that started, the log gives, each stamped after the core
-returned and with `handle_s`, the core's time on the event (services/runtime.py):
+(docs/architecture.md, The event log). For the attempt that started, the log gives, each
+stamped after the core returned and with `handle_s`, the core's time on the event
+(services/runtime.py):
 
     arrival A      the job's `arrival` (GM clock)
     placed  P, g   task_placed at the GM

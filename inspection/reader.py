@@ -1,6 +1,6 @@
 """Event lines in, event dicts out, one at a time, whatever wrapped them.
 
-Accepted, line by line (DESIGN section 5):
+Accepted, line by line (docs/architecture.md, The event log):
 
 - the services' own lines: `{"ts": ..., "svc": "gm-1", "event": "task_placed", ...}`;
 - `docker compose logs` output, where each line starts with `gm-1  | ` (with or without

@@ -3,7 +3,7 @@
 Where each number comes from:
 
 - **Placement constraints** (`constraints=True`): the Megha authors' constraint-aware model,
-  common/constraint_model.py (../shared/WORKLOADS.md, "Placement constraints"): a task type
+  common/constraint_model.py: a task type
   uniformly from 4, a statistical cluster by the type's weights, then each of 21 constraints
   with the cluster's frequency. That gives about 1.86 constraints per task and 14% of tasks
   unconstrained; `unconstrained_share` sets that share instead (the Megha paper quotes Sharma

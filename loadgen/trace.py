@@ -1,4 +1,4 @@
-"""Reading job traces in the Sparrow/Eagle format (../shared/traces/README.md).
+"""Reading job traces in the Sparrow/Eagle format (the traces those simulators replay).
 
 One job per line, fields separated by white space:
 

@@ -1,6 +1,7 @@
 """The services' connection to RabbitMQ: declarations, confirmed publishing, consuming,
-reconnection. Every exchange and queue is declared here and nowhere else (DESIGN section 9:
-two services declaring one queue with different arguments make the second one fail).
+reconnection. Every exchange and queue is declared here and nowhere else: two services
+declaring one queue with different arguments make the second one fail (docs/architecture.md,
+Ownership and flows).
 
 Why pika's asyncio adapter, not a BlockingConnection in a thread: the services are asyncio
 programs (uvicorn). With `AsyncioConnection`, pika's socket I/O, its AMQP heartbeats and our

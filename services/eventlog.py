@@ -1,4 +1,4 @@
-"""The JSON event log of DESIGN section 5: one object per line on stdout.
+"""The JSON event log: one object per line on stdout (docs/architecture.md, The event log).
 
 Every record has `ts` (wall clock, seconds), `svc` (this service's id) and `event`, plus the
 ids and fields the event needs. The inspection tool reads these lines from `docker compose

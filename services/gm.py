@@ -162,8 +162,7 @@ class GMService:
         self.log.emit("gm_starting", gm_starting(self.federation, self.gm_id, self.epoch))
         for stored in self.store.unfinished():
             sub = JobSubmission.model_validate_json(stored.body)
-            job = job_from_wire(sub, stored.job_id, stored.arrival,
-                                self.federation.num_constraints)
+            job = job_from_wire(sub, stored.job_id, stored.arrival)
             self.runner.handle(JobSubmitted(self.runner.stimulus("replay"), job,
                                             stored.done_tasks))
             self.log.emit("job_replayed", {"job": stored.job_id, "user": stored.user,
@@ -197,7 +196,7 @@ class GMService:
         job_id = sub.job_id or uuid.uuid4().hex[:16]
         arrival = time.time()
         try:
-            job = job_from_wire(sub, job_id, arrival, self.federation.num_constraints)
+            job = job_from_wire(sub, job_id, arrival)
             self.core.check_job(job)
         except InvalidInput as error:
             raise invalid(error) from None
@@ -291,8 +290,8 @@ class GMService:
         self._accepted_tasks -= self._accepted.pop(job_id, 0)
         if not self.store.add_job(job_id, sub.user, sub.model_dump_json(), arrival):
             return  # redelivered after a crash between commit and acknowledgement
-        job = job_from_wire(sub, job_id, arrival, self.federation.num_constraints)
         try:
+            job = job_from_wire(sub, job_id, arrival)
             self.runner.handle(JobSubmitted(self.runner.stimulus("job"), job))
         except InvalidInput as error:  # valid when accepted, but the federation changed
             self.store.job_ended(job_id, "failed", str(error))
@@ -418,7 +417,7 @@ class GMService:
         return {"gm": self.gm_id, "epoch": self.epoch, "cursor": cursor, "jobs": jobs}
 
     def queues_view(self) -> list[dict]:
-        usage = self.core.usage()
+        usage = self.core.placer.usage()
         pending: dict[str, int] = {}
         running: dict[str, int] = {}
         for job in self.core.jobs.values():
@@ -456,7 +455,7 @@ class _CoreCounters:
             family.add_metric([label or "all"], value)
         yield from families.values()
         pending = GaugeMetricFamily("megha_gm_pending_tasks", "Tasks waiting in this GM")
-        pending.add_metric([], self.core.pending_count())
+        pending.add_metric([], self.core.waiting)
         yield pending
         backlog = GaugeMetricFamily("megha_gm_backlog_tasks",
                                     "Waiting tasks, with those accepted and still queued")

@@ -3,7 +3,7 @@ LMs) generated into the same `Federation` the services build from their file.
 
 A shape gets one user queue per GM (`q1` on gm-1, ...) with equal shares, LMs of equal size
 (the remainder spread over the first ones), worker agents of `nodes_per_worker` nodes and
-machine-constraint profile A (../shared/WORKLOADS.md). In slot mode every node has exactly
+machine-constraint profile A (common/federation.py). In slot mode every node has exactly
 one `SLOT` of capacity and every task asks for one, as in the Sparrow and Megha simulators.
 """
 

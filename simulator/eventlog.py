@@ -1,9 +1,9 @@
 """The simulator's event log: the services' line format with virtual timestamps.
 
-Each event is one JSON object per line (`ts`, `svc`, `event`, fields), as DESIGN section 5
-says and services/eventlog.py writes, so `megha inspect` reads a simulation unchanged. The
-same dicts are also fed to an in-process `RunAnalysis`, so a run can print its figures
-without reading its own file back.
+Each event is one JSON object per line (`ts`, `svc`, `event`, fields), as docs/architecture.md
+(The event log) describes and services/eventlog.py writes, so `megha inspect` reads a
+simulation unchanged. The same dicts are also fed to an in-process `RunAnalysis`, so a run
+can print its figures without reading its own file back.
 """
 
 from __future__ import annotations

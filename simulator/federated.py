@@ -1,9 +1,11 @@
 """The federated design in simulation: the services' GM, LM and worker cores (common/), driven
-by a virtual clock instead of HTTP, RabbitMQ and timers (DESIGN section 6).
+by a virtual clock instead of HTTP, RabbitMQ and timers (docs/architecture.md, One core,
+three drivers).
 
 Every command a core returns becomes what the services would do, one network delay later:
 a launch request reaches its LM, an LM's answer its GM, a task event or heartbeat (through
-the broker in the testbed) every GM concerned. A worker's `RunTask` ends after the task's
+the broker in the testbed) every GM concerned; common/routing.py says which event, for whom,
+and gives it a stimulus id naming its cause. A worker's `RunTask` ends after the task's
 duration. LMs and GMs tick at the heartbeat interval, as in the services.
 
 Processing time (`processing="measured"`): each service is a single server, as a service's
@@ -26,44 +28,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from common.commands import (
-    JobEnded,
-    KillTask,
-    Log,
-    PublishHeartbeat,
-    PublishTaskEvent,
-    ReplyToGM,
-    ReportToLM,
-    RunTask,
-    SendCancel,
-    SendLaunch,
-    SendPreempt,
-    StartOnWorker,
-    StopOnWorker,
-)
+from common.commands import JobEnded, KillTask, Log, PublishHeartbeat, RunTask
 from common.errors import InvalidInput
-from common.events import (
-    CancelRequested,
-    HeartbeatReceived,
-    JobSubmitted,
-    LaunchRequested,
-    LMReplied,
-    PreemptRequested,
-    TaskAssigned,
-    TaskCancelled,
-    TaskEventReceived,
-    TaskRunEnded,
-    Tick,
-    WorkerTaskFailed,
-    WorkerTaskFinished,
-    WorkerTaskStarted,
-)
+from common.events import HeartbeatReceived, JobSubmitted, TaskRunEnded, Tick
 from common.federation import Federation
 from common.gm import GlobalMaster
 from common.lm import LocalMaster
 from common.models import JobSpec, TaskSpec
-from common.reasons import Reason
 from common.resources import Resources
+from common.routing import GM, LM, ROUTES, WORKER, Receiver, Route, StimulusIds
 from common.startlog import TIMED_EVENTS, gm_starting, lm_capacity
 from common.worker import WorkerAgent
 from simulator.engine import DelayModel, Engine
@@ -73,7 +46,7 @@ PROCESSING_MODELS = ("none", "measured")
 
 
 class InvariantBroken(AssertionError):
-    """A DESIGN section 4 invariant failed at the end of a run."""
+    """An invariant (docs/architecture.md, Invariants) failed at the end of a run."""
 
 
 @dataclass(slots=True)
@@ -130,12 +103,13 @@ class FederatedSimulation:
         self.outcome = RunOutcome(jobs=len(self.jobs))
         self._running: dict[str, tuple[_Actor, str, float]] = {}  # attempt -> worker, task,
         # duration
-        self._routes = {Log: self._log, SendLaunch: self._launch, SendPreempt: self._preempt,
-                        SendCancel: self._cancel, ReplyToGM: self._reply,
-                        StartOnWorker: self._start, StopOnWorker: self._stop,
-                        PublishTaskEvent: self._task_event, PublishHeartbeat: self._heartbeat,
-                        RunTask: self._run_task, KillTask: self._kill, ReportToLM: self._report,
-                        JobEnded: self._job_ended}
+        self.ids = StimulusIds()
+        # command type -> what this driver does with it: its own effects, and the deliveries
+        # to other cores that common/routing.py describes
+        self._routes: dict[type, Callable[[_Actor, object, str, float, float], None]] = {
+            Log: self._log, RunTask: self._run_task, KillTask: self._kill,
+            JobEnded: self._job_ended}
+        self._routes.update((kind, self._delivery(route)) for kind, route in ROUTES.items())
         self._finished_reports = 0
         for actor in (*self.gms.values(), *self.lms.values(), *self.workers.values()):
             actor.receive = partial(self._deliver, actor)  # the agenda's action: no tuples
@@ -147,9 +121,9 @@ class FederatedSimulation:
         # Every GM knows every LM before the first job, as `megha replay` waits for in the
         # testbed: allocation times are the scheduler's, not a cold start's.
         for lm in self.lms.values():
-            snapshot = lm.core.snapshot()
+            heartbeat = HeartbeatReceived(self.ids.new("hb"), lm.core.snapshot())
             for gm in self.gms.values():
-                self._handle(gm, HeartbeatReceived(f"hb:{lm.svc}:start", snapshot))
+                self._handle(gm, heartbeat)
         interval = self.federation.timing.heartbeat_interval
         for actor in (*self.lms.values(), *self.gms.values()):
             self.engine.at(self.rng.uniform(0, interval), self._tick, actor)
@@ -174,7 +148,7 @@ class FederatedSimulation:
     def _submit(self, job: JobSpec) -> None:
         gm = self.gms[self.queue_gm[job.user]]
         try:
-            self._handle(gm, JobSubmitted(f"submit:{job.job_id}", job))
+            self._handle(gm, JobSubmitted(self.ids.new("submit"), job))
         except InvalidInput as error:
             self.outcome.rejected[job.job_id] = str(error)
             self.log.emit(self.engine.now, gm.svc, "job_rejected",
@@ -184,7 +158,7 @@ class FederatedSimulation:
     def _tick(self, actor: _Actor) -> None:
         if self._all_ended():
             return  # the run is over: no more heartbeats keep the agenda alive
-        self._handle(actor, Tick(f"tick:{actor.svc}"))
+        self._handle(actor, Tick(self.ids.new("tick")))
         self.engine.at(self.engine.now + self.federation.timing.heartbeat_interval,
                        self._tick, actor)
 
@@ -207,77 +181,73 @@ class FederatedSimulation:
             commands = actor.core.handle(event, now)
             took = 0.0
         done = now + took
-        routes = self._routes
+        routes, cause = self._routes, event.stimulus_id
         for command in commands:
             route = routes.get(type(command))
             if route is None:
                 raise InvariantBroken(f"{actor.svc}: no route for {command!r}")
-            route(actor, command, done, took)
+            route(actor, command, cause, done, took)
 
     def _send(self, actor: _Actor, event, at: float) -> None:
         self.engine.at(at + self.delay(), actor.receive, event)
 
-    # one method per command: what the services do with it, one delay later
+    # -- deliveries: the event common/routing.py makes of a command, one delay later ----------
 
-    def _log(self, source: _Actor, command: Log, at: float, took: float) -> None:
+    def _delivery(self, route: Route) -> Callable[[_Actor, object, str, float, float], None]:
+        """The delivery of one command type, its route's pieces looked up once: the
+        simulator routes millions of commands."""
+        make, tag, caused, send = route.event, route.tag, self.ids.caused, self._send
+        if route.to is Receiver.NAMED:
+            actors = {GM: self.gms, LM: self.lms, WORKER: self.workers}[route.role]
+            name_of = route.name_of
+
+            def to_named(source: _Actor, command, cause: str, at: float, took: float) -> None:
+                send(actors[name_of(command)], make(source.svc, command, caused(tag, cause)), at)
+
+            return to_named
+        if route.to is Receiver.WORKERS_LM:
+            lms, worker_lm = self.lms, self.worker_lm
+
+            def to_workers_lm(source: _Actor, command, cause: str, at: float,
+                              took: float) -> None:
+                svc = source.svc
+                send(lms[worker_lm[svc]], make(svc, command, caused(tag, cause)), at)
+
+            return to_workers_lm
+        # Receiver.EVERY: the one route to every actor of a role, an LM's heartbeat to the GMs
+        gms, last = self.gms.values(), self._last_heartbeat
+
+        def to_every_gm(source: _Actor, command: PublishHeartbeat, cause: str, at: float,
+                        took: float) -> None:
+            # an LM's heartbeat: its snapshot is cached until the LM's state changes, and an
+            # unchanged one would change nothing but the GM's last-heard time
+            if last.get(source.svc) is command.snapshot:
+                return
+            last[source.svc] = command.snapshot
+            event = make(source.svc, command, caused(tag, cause))
+            for gm in gms:
+                send(gm, event, at)
+
+        return to_every_gm
+
+    # -- the driver's own effects: what the services do with these commands ------------------
+
+    def _log(self, source: _Actor, command: Log, cause: str, at: float, took: float) -> None:
         fields = command.fields
         if command.event in TIMED_EVENTS:
             fields = fields | {"handle_s": took}
         self.log.emit(at, source.svc, command.event, fields)
 
-    def _launch(self, source: _Actor, c: SendLaunch, at: float, took: float) -> None:
-        self._send(self.lms[c.lm], LaunchRequested(c.request_id, source.svc, c.request_id,
-                                                   c.kind, c.placements), at)
-
-    def _preempt(self, source: _Actor, c: SendPreempt, at: float, took: float) -> None:
-        self._send(self.lms[c.lm], PreemptRequested(c.request_id, source.svc, c.request_id,
-                                                    c.placement, c.victims), at)
-
-    def _cancel(self, source: _Actor, c: SendCancel, at: float, took: float) -> None:
-        self._send(self.lms[c.lm], CancelRequested(f"cancel:{c.attempt_id}", source.svc,
-                                                   c.attempt_id), at)
-
-    def _reply(self, source: _Actor, c: ReplyToGM, at: float, took: float) -> None:
-        self._send(self.gms[c.gm], LMReplied(f"reply:{c.request_id}", source.svc, c.request_id,
-                                             c.results, c.snapshot), at)
-
-    def _start(self, source: _Actor, c: StartOnWorker, at: float, took: float) -> None:
-        item = c.placement
-        self._send(self.workers[c.worker], TaskAssigned(f"assign:{item.attempt_id}", item), at)
-
-    def _stop(self, source: _Actor, c: StopOnWorker, at: float, took: float) -> None:
-        self._send(self.workers[c.worker], TaskCancelled(f"stop:{c.attempt_id}", c.attempt_id,
-                                                         c.reason), at)
-
-    def _task_event(self, source: _Actor, c: PublishTaskEvent, at: float, took: float) -> None:
-        self._send(self.gms[c.gm], TaskEventReceived(f"te:{c.event.attempt_id}", c.event), at)
-
-    def _heartbeat(self, source: _Actor, c: PublishHeartbeat, at: float, took: float) -> None:
-        if self._last_heartbeat.get(source.svc) is c.snapshot:
-            return  # the LM's snapshot is cached until its state changes
-        self._last_heartbeat[source.svc] = c.snapshot
-        for gm in self.gms.values():
-            self._send(gm, HeartbeatReceived(f"hb:{source.svc}", c.snapshot), at)
-
-    def _run_task(self, source: _Actor, c: RunTask, at: float, took: float) -> None:
+    def _run_task(self, source: _Actor, c: RunTask, cause: str, at: float, took: float) -> None:
         duration = c.duration or 0.0
         self._running[c.attempt_id] = (source, c.attempt_id.rpartition("#")[0], duration)
         self.engine.at(at + duration, self._task_ran, c.attempt_id)
 
-    def _kill(self, source: _Actor, c: KillTask, at: float, took: float) -> None:
+    def _kill(self, source: _Actor, c: KillTask, cause: str, at: float, took: float) -> None:
         self._running.pop(c.attempt_id, None)  # its scheduled end finds nothing to end
 
-    def _report(self, source: _Actor, c: ReportToLM, at: float, took: float) -> None:
-        svc, attempt = source.svc, c.attempt_id
-        if c.kind is Reason.STARTED:
-            event = WorkerTaskStarted(f"ws:{attempt}", svc, attempt, c.at)
-        elif c.kind is Reason.FINISHED:
-            event = WorkerTaskFinished(f"wf:{attempt}", svc, attempt, c.runtime or 0.0)
-        else:
-            event = WorkerTaskFailed(f"wx:{attempt}", svc, attempt, f"{c.kind}: {c.detail}")
-        self._send(self.lms[self.worker_lm[svc]], event, at)
-
-    def _job_ended(self, source: _Actor, c: JobEnded, at: float, took: float) -> None:
+    def _job_ended(self, source: _Actor, c: JobEnded, cause: str, at: float,
+                   took: float) -> None:
         self.outcome.ended[c.job_id] = c.state
         self._stop_when_all_ended()
 
@@ -292,7 +262,7 @@ class FederatedSimulation:
         worker, task, duration = running
         completions = self.outcome.completions
         completions[task] = completions.get(task, 0) + 1
-        self._deliver(worker, TaskRunEnded(f"ran:{attempt}", attempt, duration))
+        self._deliver(worker, TaskRunEnded(self.ids.new("ran"), attempt, duration))
 
     # -- the log's first lines, as the services write them ------------------------------------
 
@@ -304,7 +274,7 @@ class FederatedSimulation:
                 "lm": lm.id, "epoch": 0, "recovering": False, "workers": list(lm.workers)}
                 | lm_capacity(self.federation, lm.id))
 
-    # -- DESIGN section 4, at the end of a run --------------------------------------------------
+    # -- the invariants (docs/architecture.md, Invariants), at the end of a run ----------------
 
     def check_invariants(self) -> None:
         """Every core's own checks, and what only the driver sees: no accepted job dropped,
@@ -335,7 +305,7 @@ class FederatedSimulation:
         """One heartbeat from every LM, delivered: 'within one heartbeat interval'."""
         for lm in self.lms.values():
             lm.core.next_heartbeat_at = self.engine.now
-            self._handle(lm, Tick(f"tick:{lm.svc}:final"))
+            self._handle(lm, Tick(self.ids.new("tick")))
         self.engine.stopped = False
         self.engine.run()
 

@@ -1,8 +1,9 @@
 """An in-process federation for tests: real GM, LM and worker cores, a controllable network.
 
-Commands become messages in `network`; a test (or hypothesis) chooses which message is
-delivered next, so stale views, reordered replies and late heartbeats are all reachable.
-Workers' `RunTask` commands become entries in `executing`; `finish(attempt)` ends one.
+Commands become messages in `network`: the events common/routing.py makes of them, with the
+stimulus ids it derives. A test (or hypothesis) chooses which message is delivered next, so
+stale views, reordered replies and late heartbeats are all reachable. Workers' `RunTask`
+commands become entries in `executing`; `finish(attempt)` ends one.
 """
 
 from __future__ import annotations
@@ -11,44 +12,16 @@ import random
 from dataclasses import dataclass, field
 
 from common.cluster import ClusterTopology
-from common.commands import (
-    JobEnded,
-    KillTask,
-    Log,
-    PublishHeartbeat,
-    PublishTaskEvent,
-    ReplyToGM,
-    ReportToLM,
-    RunTask,
-    SendCancel,
-    SendLaunch,
-    SendPreempt,
-    StartOnWorker,
-    StopOnWorker,
-)
+from common.commands import JobEnded, KillTask, Log, ReportToLM, RunTask
 from common.constraint_model import machine_constraints
-from common.events import (
-    CancelRequested,
-    HeartbeatReceived,
-    LaunchRequested,
-    LMReplied,
-    PreemptRequested,
-    TaskAssigned,
-    TaskCancelled,
-    TaskEventReceived,
-    TaskRunEnded,
-    Tick,
-    WorkerHeartbeat,
-    WorkerTaskFailed,
-    WorkerTaskFinished,
-    WorkerTaskStarted,
-)
+from common.events import TaskRunEnded, Tick, WorkerHeartbeat
 from common.gm import GlobalMaster, GMConfig
 from common.lm import LocalMaster
 from common.models import NodeSpec
 from common.policies.fairness import UserQueue
 from common.reasons import Reason
 from common.resources import Resources
+from common.routing import ROUTES, StimulusIds
 from common.worker import WorkerAgent
 
 DEFAULT_CAPACITY = Resources(4000, 8192)
@@ -113,7 +86,7 @@ class Federation:
             for worker, nodes in by_worker.items():
                 self.workers[worker] = WorkerAgent(worker, nodes)
                 self.worker_lm[worker] = topology.lm
-        self._stimulus = 0
+        self._ids = StimulusIds()
 
     @classmethod
     def simple(cls, num_gms: int = 2, num_lms: int = 2, nodes_per_lm: int = 4,
@@ -133,8 +106,8 @@ class Federation:
     # -- delivery -------------------------------------------------------------------------------
 
     def stimulus(self, kind: str) -> str:
-        self._stimulus += 1
-        return f"{kind}-{self._stimulus}"
+        """The id of a stimulus from outside the cores (a submission, a tick, a run's end)."""
+        return self._ids.new(kind)
 
     def submit(self, gm: str, job) -> None:
         from common.events import JobSubmitted
@@ -189,51 +162,37 @@ class Federation:
     def _run(self, role: str, target: str, event) -> None:
         actor = {"gm": self.gms, "lm": self.lms, "worker": self.workers}[role][target]
         for command in actor.handle(event, self.now):
-            self._route(role, target, command)
+            self._route(role, target, command, event.stimulus_id)
         if self.validate:
             actor.validate()
 
     def _send(self, role: str, target: str, event) -> None:
         self.network.append(Message(role, target, event))
 
-    def _route(self, role: str, source: str, command) -> None:
-        s = self.stimulus
+    def _route(self, role: str, source: str, command, cause: str | None = None) -> None:
+        """A command of `source` (of `role`) to another core becomes a message in `network`
+        (common/routing.py says which); the others are this driver's own effects. `cause`:
+        the id of the stimulus whose handling produced it (None: a test hands it in)."""
+        route = ROUTES.get(type(command))
+        if route is None:
+            self._own_effect(source, command)
+            return
+        if type(command) is ReportToLM and command.kind is Reason.FINISHED:
+            self.finished_reports.append(command.attempt_id)
+        event = route.deliver(source, command, cause, self._ids)
+        receiver = route.receiver(source, command, self.worker_lm)
+        for target in (self.gms if receiver is None else (receiver,)):
+            self._send(route.role, target, event)
+
+    def _own_effect(self, source: str, command) -> None:
         match command:
             case Log():
                 self.logs.append((source, command))
-            case SendLaunch(lm=lm, request_id=rid, kind=kind, placements=items):
-                self._send("lm", lm, LaunchRequested(s("launch"), source, rid, kind, items))
-            case SendPreempt(lm=lm, request_id=rid, placement=item, victims=victims):
-                self._send("lm", lm, PreemptRequested(s("preempt"), source, rid, item, victims))
-            case SendCancel(lm=lm, attempt_id=attempt):
-                self._send("lm", lm, CancelRequested(s("cancel"), source, attempt))
             case JobEnded():
                 self.ended_jobs.append(command)
-            case ReplyToGM(gm=gm, request_id=rid, results=results, snapshot=snapshot):
-                self._send("gm", gm, LMReplied(s("reply"), source, rid, results, snapshot))
-            case StartOnWorker(worker=worker, placement=item):
-                self._send("worker", worker, TaskAssigned(s("assign"), item))
-            case StopOnWorker(worker=worker, attempt_id=attempt, reason=reason):
-                self._send("worker", worker, TaskCancelled(s("stop"), attempt, reason))
-            case PublishTaskEvent(gm=gm, event=report):
-                self._send("gm", gm, TaskEventReceived(s("taskev"), report))
-            case PublishHeartbeat(snapshot=snapshot):
-                for gm in self.gms:
-                    self._send("gm", gm, HeartbeatReceived(s("hb"), snapshot))
             case RunTask(attempt_id=attempt):
                 self.executing[attempt] = source
             case KillTask(attempt_id=attempt):
                 self.executing.pop(attempt, None)
-            case ReportToLM(kind=kind, attempt_id=attempt, runtime=runtime, detail=detail, at=at):
-                lm = self.worker_lm[source]
-                if kind is Reason.STARTED:
-                    self._send("lm", lm, WorkerTaskStarted(s("wstart"), source, attempt, at))
-                elif kind is Reason.FINISHED:
-                    self.finished_reports.append(attempt)
-                    self._send("lm", lm, WorkerTaskFinished(s("wfin"), source, attempt,
-                                                            runtime or 0.0))
-                else:
-                    self._send("lm", lm, WorkerTaskFailed(s("wfail"), source, attempt,
-                                                          f"{kind}: {detail}"))
             case _:
                 raise AssertionError(f"unrouted command {command!r}")

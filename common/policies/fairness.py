@@ -14,15 +14,19 @@ shares preempt each other back and forth, every round trip, while their GMs' usa
 
 The GM proposes victims from its possibly stale view; the LM verifies them against the truth
 before anything is stopped (`LocalMaster._preempt_verdict`).
+
+`FAIRNESS_POLICIES.make(name, queues=...)` passes every user queue of the federation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from common.cluster import RunningInfo
 from common.errors import InvalidInput
+from common.policies.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +75,32 @@ def dominant_usage(
                                                                total_mem).items()}
 
 
+class FairnessPolicy(Protocol):
+    """Decides whether a task that fits nowhere may take room from other queues' tasks."""
+
+    name: str
+    preempts: bool  # False: the GM never looks for victims
+
+    def victim_queues(
+        self, user: str, usage: Usage, demand: tuple[float, float] = NONE_USED
+    ) -> list[str]:
+        """The queues `user` may take from, in the order to try them; empty if none."""
+
+    def may_take(self, queue: str, usage: Usage, freed: tuple[float, float]) -> bool:
+        """Whether taking attempts worth `freed` (fractions of cpu, memory) from `queue` is
+        allowed."""
+
+
+FAIRNESS_POLICIES: Registry[type[FairnessPolicy]] = Registry("policies.fairness",
+                                                              argument="fairness")
+
+
+@FAIRNESS_POLICIES.register("none")
 class NoPreemption:
-    name = "none"
     preempts = False  # the GM skips looking for victims altogether
+
+    def __init__(self, queues: Sequence[UserQueue] = ()) -> None:
+        pass  # no shares to keep: nothing is ever taken
 
     def victim_queues(
         self, user: str, usage: Usage, demand: tuple[float, float] = NONE_USED
@@ -84,10 +111,10 @@ class NoPreemption:
         return False
 
 
+@FAIRNESS_POLICIES.register("fair_share")
 class FairShare:
     """Algorithm 2: a queue below its share may preempt queues above theirs."""
 
-    name = "fair_share"
     preempts = True
 
     def __init__(self, queues: Sequence[UserQueue]) -> None:
@@ -131,15 +158,3 @@ def choose_victims(
         need_cpu -= info.cpu_m
         need_mem -= info.mem_mib
     return tuple(chosen) if need_cpu <= 0 and need_mem <= 0 else None
-
-
-FAIRNESS_POLICIES: dict[str, type] = {"none": NoPreemption, "fair_share": FairShare}
-
-
-def make_fairness_policy(name: str, queues: Sequence[UserQueue]):
-    if name == "none":
-        return NoPreemption()
-    if name == "fair_share":
-        return FairShare(queues)
-    known = ", ".join(sorted(FAIRNESS_POLICIES))
-    raise InvalidInput("fairness", f"unknown policy {name!r} (known: {known})")

@@ -13,6 +13,9 @@ priority a worker's SRPT queue orders its tasks by (the job's estimated remainin
   rank 0 for thin jobs, 1 for jobs still sampling (the paper's sampling queue, second
   highest: pilots are few, so running them early costs little and gets estimates sooner),
   2 for estimated jobs, by remaining work.
+
+`JOB_POLICIES.make(name, **options)` passes a policy its options: the keys of the file's table
+named after it (`[policies.slearn]`); a policy without a table (fifo) takes none.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from common.errors import InvalidInput
+from common.policies.registry import Registry
 
 
 @dataclass(slots=True)
@@ -52,6 +56,8 @@ class JobProgress:
 
 
 class JobPolicy(Protocol):
+    """Decides which of a job's tasks may run now and in what order jobs are placed."""
+
     name: str
 
     def admit(self, job: JobProgress, rng: random.Random) -> None:
@@ -67,9 +73,11 @@ class JobPolicy(Protocol):
         """The SRPT key a worker's local queue sees for this job's tasks."""
 
 
-class FifoPolicy:
-    name = "fifo"
+JOB_POLICIES: Registry[type[JobPolicy]] = Registry("policies.job", argument="job_policy")
 
+
+@JOB_POLICIES.register("fifo")
+class FifoPolicy:
     def admit(self, job: JobProgress, rng: random.Random) -> None:
         job.pilots = frozenset()
 
@@ -84,9 +92,8 @@ class FifoPolicy:
         return job.arrival if work is None else work
 
 
+@JOB_POLICIES.register("slearn")
 class SLearnPolicy:
-    name = "slearn"
-
     def __init__(self, sampling_ratio: float = 0.03, thin_threshold: int = 3) -> None:
         if not 0 < sampling_ratio <= 1:
             raise InvalidInput("sampling_ratio", f"must be in (0, 1], got {sampling_ratio}")
@@ -124,14 +131,3 @@ class SLearnPolicy:
         work = job.estimated_remaining_work
         return 0.0 if work is None else work
 
-
-JOB_POLICIES: dict[str, type] = {"fifo": FifoPolicy, "slearn": SLearnPolicy}
-
-
-def make_job_policy(name: str, **options) -> JobPolicy:
-    try:
-        cls = JOB_POLICIES[name]
-    except KeyError:
-        known = ", ".join(sorted(JOB_POLICIES))
-        raise InvalidInput("job_policy", f"unknown policy {name!r} (known: {known})") from None
-    return cls(**options)

@@ -3,30 +3,61 @@
 Placements that a worker cannot start at once wait here until their node frees resources.
 The policy decides which waiting placement goes first: `srpt` (SRPT+R) runs slearn pilot
 tasks first and then the job with the least estimated remaining work, `fifo` runs them in
-arrival order. Policies are selected by name from `LOCAL_QUEUE_POLICIES`.
+arrival order.
+
+The worker makes one queue per node, so it takes the class, not an instance:
+`LOCAL_QUEUE_POLICIES.get(name)()`; a queue's constructor takes nothing. Both policies here
+are an order key on `KeyedLocalQueue`, which keeps the entries sorted by it.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import Protocol
 
 from sortedcontainers import SortedList
 
 from common.errors import InvalidInput
 from common.messages import Placement
+from common.policies.registry import Registry
 
 OrderKey = tuple[float | int, ...]
 
 
-class LocalQueue(ABC):
-    """Queued placements of one node, iterated in `order_key` order.
+class LocalQueue(Protocol):
+    """Queued placements of one node: the worker starts them in iteration order.
 
     `seq` is the caller's arrival counter: it breaks ties, so equal keys keep arrival order.
     """
 
-    name: ClassVar[str] = ""
+    name: str
+
+    def push(self, placement: Placement, seq: int) -> None:
+        """Queue a placement; `InvalidInput` if its attempt is already queued."""
+
+    def remove(self, attempt_id: str) -> Placement | None:
+        """Take the attempt out of the queue; None if it is not queued here."""
+
+    def get(self, attempt_id: str) -> Placement | None:
+        """The queued placement of the attempt; None if it is not queued here."""
+
+    def __iter__(self) -> Iterator[Placement]:
+        """The queued placements, in the order the worker should start them."""
+
+    def __contains__(self, attempt_id: object) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+
+LOCAL_QUEUE_POLICIES: Registry[type[LocalQueue]] = Registry("policies.local_queue",
+                                                            argument="queue_policy")
+
+
+class KeyedLocalQueue(ABC):
+    """A local queue iterated in the order of the subclass's `order_key` (lowest first)."""
+
+    name: str
 
     def __init__(self) -> None:
         # the attempt id in each entry only breaks ties among equal keys (seq reused by a
@@ -70,33 +101,19 @@ class LocalQueue(ABC):
         return len(self._by_attempt)
 
 
-class SrptLocalQueue(LocalQueue):
+@LOCAL_QUEUE_POLICIES.register("srpt")
+class SrptLocalQueue(KeyedLocalQueue):
     """Pilots first (their runtimes size whole jobs), then least estimated remaining work."""
-
-    name = "srpt"
 
     @staticmethod
     def order_key(placement: Placement, seq: int) -> OrderKey:
         return (0 if placement.pilot else 1, placement.priority, seq)
 
 
-class FifoLocalQueue(LocalQueue):
-    name = "fifo"
+@LOCAL_QUEUE_POLICIES.register("fifo")
+class FifoLocalQueue(KeyedLocalQueue):
+    """Arrival order."""
 
     @staticmethod
     def order_key(placement: Placement, seq: int) -> OrderKey:
         return (seq,)
-
-
-LOCAL_QUEUE_POLICIES: dict[str, type[LocalQueue]] = {
-    policy.name: policy for policy in (SrptLocalQueue, FifoLocalQueue)
-}
-
-
-def local_queue_policy(name: str) -> type[LocalQueue]:
-    """The policy class registered under `name`; `InvalidInput` lists the known names."""
-    try:
-        return LOCAL_QUEUE_POLICIES[name]
-    except KeyError:
-        known = ", ".join(sorted(LOCAL_QUEUE_POLICIES))
-        raise InvalidInput("queue_policy", f"unknown policy {name!r} (known: {known})") from None

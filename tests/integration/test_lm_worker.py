@@ -320,7 +320,8 @@ def test_launch_is_refused_until_the_worker_reports_then_runs_and_reports(procs)
 
     run(procs, scenario)
     procs.stop_all()
-    # DESIGN section 5: every line each process printed is a JSON event of that service
+    # docs/architecture.md, The event log: every line each process printed is a JSON event
+    # of that service
     for service, path in procs.logs:
         lines = path.read_text().splitlines()
         assert lines, f"{service} printed nothing"

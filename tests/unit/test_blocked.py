@@ -51,7 +51,7 @@ def test_a_saturated_gm_searches_only_when_capacity_that_matches_appears() -> No
     fed.run_until_quiet()
     fed.submit("gm-1", job("red", 50, frozenset({RED})))
     fed.run_until_quiet()
-    assert gm.pending_count() == 50
+    assert gm.waiting == 50
     decisions = gm.counters["decisions_total"]
     for _ in range(20):  # time passes, heartbeats repeat: nothing could fit
         fed.heartbeat_workers()
@@ -68,7 +68,7 @@ def test_a_saturated_gm_searches_only_when_capacity_that_matches_appears() -> No
     fed.tick(1.0)
     fed.run_until_quiet()
     assert gm.counters["decisions_total"] == decisions
-    assert gm.pending_count() == 50
+    assert gm.waiting == 50
 
     # the red node frees up: one red task is placed there, and only a few searches happen
     fed.finish(running_on(fed, "lm-1/n0")[0])
@@ -76,7 +76,7 @@ def test_a_saturated_gm_searches_only_when_capacity_that_matches_appears() -> No
     fed.heartbeat_workers()
     fed.tick(1.0)
     fed.run_until_quiet()
-    assert gm.pending_count() == 49
+    assert gm.waiting == 49
     assert len(running_on(fed, "lm-1/n0")) == 1
     assert gm.counters["decisions_total"] - decisions <= 3
     gm.validate()

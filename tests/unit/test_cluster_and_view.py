@@ -16,6 +16,7 @@ from common.constraint_model import (
 )
 from common.errors import InvalidInput
 from common.models import NodeSpec
+from common.policies.placement import PLACEMENT_POLICIES
 from common.resources import Resources
 from common.view import FederationView
 
@@ -71,7 +72,9 @@ def test_best_fit_leaves_the_least_room() -> None:
     state.take(2, 3000, 3000)
     everywhere = t.mask_for(frozenset())
     assert state.find(everywhere, 1000, 1000) == 0
-    assert state.find(everywhere, 1000, 1000, best_fit=True) == 2
+    best_fit = PLACEMENT_POLICIES.make("best_fit")
+    assert state.find(everywhere, 1000, 1000, best_fit) == 2
+    assert state.find(everywhere, 1000, 1000, best_fit, start=1) == 2  # no order: start is moot
 
 
 def test_availability_threshold_hides_slivers_but_never_a_node_that_fits() -> None:
@@ -145,7 +148,7 @@ def test_constraint_model_frequencies_match_the_published_vector() -> None:
         assert observed == pytest.approx(percent, abs=1.5)
     tasks = [task_constraints(rng) for _ in range(20_000)]
     mean = sum(len(t) for t in tasks) / len(tasks)
-    assert mean == pytest.approx(1.86, abs=0.1)  # WORKLOADS.md: about 1.86 per task
+    assert mean == pytest.approx(1.86, abs=0.1)  # the published model: about 1.86 per task
     unconstrained = sum(not t for t in tasks) / len(tasks)
     assert unconstrained == pytest.approx(0.14, abs=0.02)
 

@@ -13,6 +13,7 @@ from common.events import LaunchRequested, LMReplied, PreemptRequested
 from common.messages import RequestKind
 from common.models import JobSpec, TaskSpec
 from common.resources import Resources
+from common.step import Step
 
 LAUNCH, REPARTITION = RequestKind.LAUNCH, RequestKind.REPARTITION
 
@@ -129,7 +130,7 @@ def test_a_batch_whose_tasks_ended_while_it_waited_is_not_sent() -> None:
     fed.submit("gm-1", job("a", 1))
     fed.submit("gm-1", job("b", 1))  # its task waits in the open batch
     task = gm._tasks["b/0"]
-    gm._fail_job(task.job, "cancelled by the test", "test", fed.now, [])
+    gm._fail_job(task.job, "cancelled by the test", Step("test", fed.now))
     fed.deliver(0)
     while fed.network and not isinstance(fed.network[0].event, LMReplied):
         fed.deliver(0)

@@ -271,7 +271,7 @@ def test_gm_config_maps_policies_and_timing() -> None:
     assert config.job_policy == "slearn"
     assert config.job_policy_options == {"sampling_ratio": 0.05, "thin_threshold": 4}
     assert config.fairness == "none"
-    assert config.best_fit is True and config.work_conserving is False
+    assert config.placement == "best_fit" and config.work_conserving is False
     assert (config.lm_timeout, config.attempt_grace) == (7.5, 2.5)
     assert config.queues == federation.queues and config.num_constraints == 21
     # each GM its own seed, fixed by the file
@@ -281,11 +281,11 @@ def test_gm_config_maps_policies_and_timing() -> None:
     assert gm.policy.sampling_ratio == 0.05 and gm.policy.thin_threshold == 4
 
 
-def test_fifo_passes_no_options_and_first_fit_is_not_best_fit() -> None:
+def test_fifo_passes_no_options_and_first_fit_is_the_default() -> None:
     federation = load_federation(BASE)  # carries a [policies.slearn] table, unused by fifo
     config = federation.gm_config("g1")
     assert config.job_policy == "fifo" and config.job_policy_options == {}
-    assert config.best_fit is False
+    assert config.placement == "first_fit"
     GlobalMaster(config, topologies=federation.topologies())
 
 
@@ -345,7 +345,7 @@ REFUSALS = [
     ("mem_mib = 2048", "mem_mib = true", "lms[1].nodes[0].mem_mib"),
     ("constraints = [1, 2]", "constraints = [1, 21]", "lms[1].nodes[0].constraints"),
     ("constraints = [1, 2]", "constraints = [-1]", "lms[1].nodes[0].constraints"),
-    ("constraints = [1, 2]", 'constraints = ["gpu"]', "lms[1].nodes[0].constraints"),
+    ("constraints = [1, 2]", 'constraints = ["gpu"]', "lms[1].nodes[0].constraints[0]"),
     ("constraints = [1, 2]", "constraints = [1, 1]", "lms[1].nodes[0].constraints"),
     ("constraints = [1, 2]", "constraints = 1", "lms[1].nodes[0].constraints"),
     ("seed = 7", "seed = 7\nnum_constraints = 2", "lms[1].nodes[0].constraints"),

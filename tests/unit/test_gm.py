@@ -20,6 +20,7 @@ from common.lifecycle import TaskState
 from common.messages import RequestKind
 from common.models import JobSpec, TaskSpec
 from common.policies.fairness import UserQueue
+from common.policies.placement import PLACEMENT_POLICIES
 from common.reasons import Reason
 from common.resources import Resources
 
@@ -65,7 +66,7 @@ def test_bad_jobs_are_refused_naming_the_field_and_change_nothing(bad, field) ->
     with pytest.raises(InvalidInput) as error:
         fed.submit("gm-1", bad)
     assert error.value.field == field
-    assert gm.jobs == {} and not fed.network and gm.pending_count() == 0
+    assert gm.jobs == {} and not fed.network and gm.waiting == 0
 
 
 def test_unsatisfiable_constraints_are_refused_with_a_reason() -> None:
@@ -183,7 +184,7 @@ def test_request_failure_requeues_and_a_late_finish_of_the_old_attempt_wins() ->
 def test_best_fit_packs_onto_the_fullest_node() -> None:
     fed = Federation.simple(num_gms=1, num_lms=1, nodes_per_lm=3, constraints=NO_CONSTRAINTS)
     gm = fed.gms["gm-1"]
-    object.__setattr__(gm.config, "best_fit", True)
+    gm.placer.placement = PLACEMENT_POLICIES.make("best_fit")
     started(fed)
     fed.submit("gm-1", job("a", "u1", 1, cpu=3000))
     fed.run_until_quiet()
@@ -258,7 +259,7 @@ def test_a_queue_below_its_share_preempts_the_queue_furthest_above_its_share() -
     fed.run_until_quiet()
     fed.tick(1.0)
     fed.run_until_quiet()  # heartbeats tell gm-1 what runs where
-    assert max(fed.gms["gm-1"].usage()["u2"]) == 1.0  # cpu dominates
+    assert max(fed.gms["gm-1"].placer.usage()["u2"]) == 1.0  # cpu dominates
     fed.submit("gm-1", job("fair", "u1", 1, cpu=4000))
     [request] = [m.event for m in fed.network if isinstance(m.event, PreemptRequested)]
     assert len(request.victims) == 1

@@ -1,4 +1,5 @@
-"""DESIGN section 4's invariants, checked on a whole in-process federation.
+"""The invariants of docs/architecture.md (Invariants), checked on a whole in-process
+federation.
 
 A `hypothesis.stateful` machine drives real GlobalMaster, LocalMaster and WorkerAgent cores
 through `tests/harness.py`: it submits jobs (with placement constraints, so repartitions
@@ -266,7 +267,8 @@ class FederationMachine(RuleBasedStateMachine):
         # few candidate nodes, often in another GM's partition
         topologies = make_topologies(2, 3, gms, capacity=NODE, rng=random.Random(seed),
                                      workers_per_lm=workers_per_lm)
-        configs = [GMConfig(gm, queues, job_policy=self.job_policy, best_fit=best_fit,
+        placement = "best_fit" if best_fit else "first_fit"
+        configs = [GMConfig(gm, queues, job_policy=self.job_policy, placement=placement,
                             seed=seed) for gm in gms]
         self.fed = Federation(topologies, configs)
         for topology in topologies:
@@ -380,7 +382,7 @@ class FederationMachine(RuleBasedStateMachine):
         """Every GM's estimate of every queue's usage is within [0, 1], whatever the order
         of heartbeats, replies and preemptions (it once went negative in the testbed)."""
         for gm_id, gm in self.fed.gms.items():
-            for queue, (cpu, mem) in gm.usage().items():
+            for queue, (cpu, mem) in gm.placer.usage().items():
                 assert -1e-9 <= cpu <= 1 + 1e-9 and -1e-9 <= mem <= 1 + 1e-9, (
                     gm_id, queue, cpu, mem)
 

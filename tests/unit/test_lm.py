@@ -13,8 +13,10 @@ from common.commands import (
     StartOnWorker,
     StopOnWorker,
 )
+from common.errors import IllegalTransition, InvariantViolated
 from common.events import (
     CancelRequested,
+    DispatchFailed,
     LaunchRequested,
     PreemptRequested,
     TaskEventBacklog,
@@ -24,10 +26,13 @@ from common.events import (
     WorkerTaskStarted,
 )
 from common.lm import LocalMaster
+from common.lm_attempts import ATTEMPT_TRANSITIONS, AttemptState, LMAttemptBook, RunningAttempt
 from common.messages import Placement, RequestKind
 from common.models import NodeSpec, TaskSpec
 from common.reasons import Reason
 from common.resources import Resources
+from common.step import Step
+from common.story import TransitionLog
 
 GMS = ["gm-1", "gm-2"]
 
@@ -213,7 +218,8 @@ def test_cancel_by_the_owner_stops_the_attempt() -> None:
     commands = lm.handle(CancelRequested("c", "gm-1", "j/0#0.1"), 0.2)
     lm.validate()
     assert any(isinstance(c, StopOnWorker) for c in commands) and lm.running == {}
-    assert lm.story("j/0#0.1")[-1]["new"] == "cancelled"
+    assert [(e["old"], e["new"]) for e in lm.story("j/0#0.1")] == [
+        ("new", "launched"), ("launched", "running"), ("running", "cancelled")]
 
 
 @pytest.mark.parametrize("field,value", [("cpu_m", 0), ("mem_mib", -1)])
@@ -233,13 +239,12 @@ def test_reports_from_strangers_and_repeated_starts_change_nothing() -> None:
     assert len([c for c in first if isinstance(c, PublishTaskEvent)]) == 1
     assert not [c for c in again if isinstance(c, PublishTaskEvent)]
     lm.handle(WorkerTaskStarted("s", "intruder", "j/0#0.1"), 0.7)
+    assert [e["new"] for e in lm.story("j/0#0.1")] == ["launched", "running"]
     lm.handle(Tick("t"), 10.0)  # used to raise KeyError for the unknown worker
     lm.validate()
 
 
 def test_a_dispatch_that_never_arrived_is_lost_at_once_and_slow_ones_get_time() -> None:
-    from common.events import DispatchFailed
-
     lm = LocalMaster(topology(), worker_timeout=1.0, dispatch_timeout=5.0)
     launch(lm, item("j/0#0.1", "n0"), item("j/1#0.1", "n0"))
     lost = lm.handle(DispatchFailed("d", "w0", "j/0#0.1", "connection refused"), 0.5)
@@ -301,3 +306,88 @@ def test_a_backlogged_lm_takes_nothing_new_and_shows_its_nodes_unavailable() -> 
     answer = reply(launch(lm, item("b/0#1", "n1")))
     assert [r.reason for r in answer.results] == [Reason.LAUNCHED]
     assert answer.snapshot.up.all()
+
+
+# -- the attempt lifecycle -------------------------------------------------------------------
+
+
+def ended_before_starting(lm: LocalMaster, how: str) -> None:
+    """End the launched (never started) attempt j/0#0.1 on n0 of gm-1 the way `how` says."""
+    if how == "cancelled":
+        lm.handle(CancelRequested("c", "gm-1", "j/0#0.1"), 0.5)
+    elif how == "preempted":
+        lm.handle(PreemptRequested("p", "gm-2", "r2", item("x/0#0.1", "n0", gm="gm-2",
+                                                              cpu=4000), ("j/0#0.1",)), 0.5)
+    elif how == "lost":
+        lm.handle(DispatchFailed("d", "w0", "j/0#0.1", "connection refused"), 0.5)
+    else:
+        lm.handle(WorkerHeartbeat("h", "w0", ()), 10.0)  # w0 dropped it: lost after a while
+
+
+@pytest.mark.parametrize("how", ["cancelled", "preempted", "lost", "dropped"])
+def test_an_attempt_ended_before_it_started_says_so_in_its_story(how: str) -> None:
+    lm = LocalMaster(topology(), worker_timeout=100.0, dispatch_timeout=5.0)
+    launch(lm, item("j/0#0.1", "n0"))
+    ended_before_starting(lm, how)
+    lm.validate()
+    assert "j/0#0.1" not in lm.running
+    *_, last = lm.story("j/0#0.1")
+    new = "lost" if how == "dropped" else how
+    assert (last["old"], last["new"]) == ("launched", new)
+
+
+def test_an_adopted_attempt_ends_from_adopted_and_its_start_report_is_a_repeat() -> None:
+    lm = LocalMaster(topology(), recovering=True)
+    lm.handle(WorkerHeartbeat("h", "w0", (item("j/0#0.1", "n0"),)), 0.1)
+    assert [c.event for c in lm.handle(WorkerTaskStarted("s", "w0", "j/0#0.1"), 0.2)
+            if isinstance(c, Log)] == ["worker_report_repeated"]
+    lm.handle(WorkerTaskFinished("f", "w0", "j/0#0.1", 1.0), 0.3)
+    lm.validate()
+    assert [(e["old"], e["new"], e["detail"]) for e in lm.story("j/0#0.1")] == [
+        ("new", "adopted", "w0"), ("adopted", "finished", "")]
+
+
+def test_every_attempt_state_has_its_moves_and_ends_are_final() -> None:
+    assert set(ATTEMPT_TRANSITIONS) == set(AttemptState)
+    for end in (AttemptState.FINISHED, AttemptState.FAILED, AttemptState.LOST,
+                AttemptState.PREEMPTED, AttemptState.CANCELLED):
+        assert ATTEMPT_TRANSITIONS[end] == frozenset()
+        assert end in ATTEMPT_TRANSITIONS[AttemptState.LAUNCHED]
+
+
+def test_an_illegal_attempt_transition_is_refused_with_the_attempt_story() -> None:
+    log = TransitionLog()
+    book = LMAttemptBook("lm-1", log, ended_memory=10)
+    attempt = RunningAttempt(item("j/0#0.1", "n0"), 0, False, 0.0)
+    book.add(Step("launch-1", 0.0), attempt, "n0")
+    book.start(Step("started-1", 1.0), attempt)
+    with pytest.raises(IllegalTransition) as refused:
+        book.start(Step("started-again", 2.0), attempt)  # a start reported twice
+    assert (refused.value.old, refused.value.new) == ("running", "running")
+    assert [e["stimulus_id"] for e in refused.value.story] == ["launch-1", "started-1"]
+    book.end(Step("finished-1", 3.0), "j/0#0.1", Reason.FINISHED, "")
+    with pytest.raises(IllegalTransition):
+        book.add(Step("launch-again", 4.0), RunningAttempt(item("j/0#0.1", "n0"), 0, False, 4.0,
+                                                           AttemptState.RUNNING), "n0")
+    assert len(log) == 3  # a refused move is not recorded
+    book.validate()
+
+
+def test_validate_catches_an_attempt_whose_state_drifted() -> None:
+    lm = LocalMaster(topology())
+    launch(lm, item("j/0#0.1", "n0"))
+    lm.running["j/0#0.1"].state = AttemptState.FINISHED  # corrupt on purpose
+    with pytest.raises(InvariantViolated, match="j/0#0.1"):
+        lm.validate()
+
+
+def test_every_event_carries_the_stimulus_id_its_step_is_made_from() -> None:
+    from dataclasses import fields, is_dataclass
+
+    from common import events
+
+    kinds = [kind for kind in vars(events).values()
+             if is_dataclass(kind) and kind.__module__ == events.__name__]
+    assert len(kinds) > 10
+    for kind in kinds:
+        assert fields(kind)[0].name == "stimulus_id", kind.__name__

@@ -11,7 +11,6 @@ from common.policies.local_queue import (
     LOCAL_QUEUE_POLICIES,
     FifoLocalQueue,
     SrptLocalQueue,
-    local_queue_policy,
 )
 from common.resources import Resources
 
@@ -26,14 +25,14 @@ def order(queue) -> list[str]:
 
 
 def test_registry_names_the_policies() -> None:
-    assert sorted(LOCAL_QUEUE_POLICIES) == ["fifo", "srpt"]
-    assert LOCAL_QUEUE_POLICIES["srpt"] is SrptLocalQueue
-    assert local_queue_policy("fifo") is FifoLocalQueue
+    assert LOCAL_QUEUE_POLICIES.names() == ("fifo", "srpt")
+    assert LOCAL_QUEUE_POLICIES.get("srpt") is SrptLocalQueue
+    assert LOCAL_QUEUE_POLICIES.get("fifo") is FifoLocalQueue
 
 
 def test_unknown_policy_lists_known_names() -> None:
     with pytest.raises(InvalidInput) as caught:
-        local_queue_policy("lifo")
+        LOCAL_QUEUE_POLICIES.get("lifo")
     assert caught.value.field == "queue_policy"
     assert "fifo" in caught.value.message and "srpt" in caught.value.message
 
@@ -57,9 +56,9 @@ def test_fifo_orders_by_arrival_only() -> None:
     assert order(queue) == ["a#1", "b#1", "c#1"]
 
 
-@pytest.mark.parametrize("policy", sorted(LOCAL_QUEUE_POLICIES))
+@pytest.mark.parametrize("policy", LOCAL_QUEUE_POLICIES.names())
 def test_remove_keeps_order_and_reports_absence(policy: str) -> None:
-    queue = LOCAL_QUEUE_POLICIES[policy]()
+    queue = LOCAL_QUEUE_POLICIES.get(policy)()
     for seq, name in enumerate(["a", "b", "c"]):
         queue.push(placement(f"{name}#1", priority=float(seq)), seq)
     removed = queue.remove("b#1")

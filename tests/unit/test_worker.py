@@ -11,13 +11,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from common.commands import Command, KillTask, Log, ReportToLM, RunTask
-from common.errors import InvalidInput, InvariantViolated
+from common.errors import IllegalTransition, InvalidInput, InvariantViolated
 from common.events import TaskAssigned, TaskCancelled, TaskRunEnded, Tick
 from common.messages import Placement
 from common.models import NodeSpec, TaskSpec
 from common.reasons import Reason
 from common.resources import Resources
-from common.worker import AttemptState, WorkerAgent
+from common.step import Step
+from common.worker import ATTEMPT_TRANSITIONS, AttemptState, WorkerAgent
 
 WORKER = "w1"
 _stimuli = itertools.count()
@@ -344,6 +345,19 @@ def test_story_records_each_transition_with_its_stimulus() -> None:
     assert [(e["old"], e["new"]) for e in story] == [("new", "queued"), ("queued", "running")]
     assert story[0]["stimulus_id"] == "assign-b" and story[1]["stimulus_id"] == "end-a"
     assert {e["entity"] for e in h.worker.story("end-a")} == {"a#1", "b#1"}
+
+
+def test_an_illegal_transition_is_refused_with_the_attempt_story() -> None:
+    h = harness()
+    h.send(TaskAssigned("assign-a", place("a#1", cpu=1000)))
+    with pytest.raises(IllegalTransition) as refused:  # a running attempt cannot queue again
+        h.worker._transition(Step("requeue", h.now), "a#1", AttemptState.RUNNING,
+                             AttemptState.QUEUED)
+    assert (refused.value.old, refused.value.new) == ("running", "queued")
+    assert [e["stimulus_id"] for e in refused.value.story] == ["assign-a"]
+    assert len(h.worker.story("a#1")) == 1  # a refused move is not recorded
+    for end in (AttemptState.FINISHED, AttemptState.CANCELLED, AttemptState.FAILED):
+        assert ATTEMPT_TRANSITIONS[end] == frozenset()
 
 
 def test_ended_attempts_are_remembered_within_a_bound() -> None:

@@ -1,0 +1,31 @@
+"""How one GM is set up: its id, the federation's queues, its policies and its limits (built
+from the federation file by `common/federation.py`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from common.models import DEFAULT_NUM_CONSTRAINTS
+from common.policies.fairness import UserQueue
+
+
+@dataclass(frozen=True, slots=True)
+class GMConfig:
+    gm_id: str
+    queues: tuple[UserQueue, ...]  # every queue of the federation; this GM serves its own
+    job_policy: str = "fifo"
+    job_policy_options: dict = field(default_factory=dict)
+    fairness: str = "fair_share"
+    placement: str = "first_fit"  # policies/placement.py: which fitting node a task gets
+    work_conserving: bool = True  # slearn: idle capacity may run held tasks
+    lm_timeout: float = 5.0  # an LM silent this long is left out of searches
+    # A launched attempt that its LM's heartbeats stop listing for this long is taken as
+    # lost (its end was never reported: the LM restarted, say) and its task is requeued.
+    attempt_grace: float = 3.0
+    max_failures: int = 3  # worker-reported failures of one task before its job fails
+    max_losses: int = 20  # node losses and unanswered requests tolerated per task
+    num_constraints: int = DEFAULT_NUM_CONSTRAINTS
+    epoch: int = 0  # incarnation: attempt ids of a restarted GM never collide
+    seed: int = 0
+    # requests in flight to one LM: placements made meanwhile join the next batch
+    lm_window: int = 1

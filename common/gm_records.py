@@ -1,0 +1,87 @@
+"""What a GM keeps of each job and task it owns.
+
+Plain records: the GM and its helpers (`common/attempts.py`, `common/pending.py`,
+`common/placer.py`) change their fields; the GM alone moves a task or job from state to state
+(`GlobalMaster._move`, `_move_job`), checked against the tables in `common/lifecycle.py`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from common.errors import InvariantViolated
+from common.lifecycle import JobState, TaskState
+from common.messages import Placement
+from common.models import JobSpec, TaskSpec
+from common.policies.job import JobProgress
+from common.reasons import Reason
+
+LAUNCHED_STATES = frozenset({TaskState.LAUNCHED, TaskState.RUNNING})  # an LM holds an attempt
+WAITING_STATES = frozenset({TaskState.PENDING, TaskState.HELD})  # the backlog a GM bounds
+ENDED_TASK_STATES = frozenset({TaskState.DONE, TaskState.FAILED})
+ENDED_JOB_STATES = frozenset({JobState.DONE, JobState.FAILED})
+
+
+@dataclass(slots=True, eq=False)
+class TaskRecord:
+    spec: TaskSpec
+    job: JobRecord
+    index: int  # within its job: pilots are named by index
+    shape: tuple  # TaskSpec.shape, computed once: placement caches and skips by it
+    state: TaskState = TaskState.PENDING
+    reason: Reason = Reason.NO_VIEW  # why it is where it is; for a pending task, why it waits
+    attempts: int = 0  # attempt ids issued so far: the n of `task#epoch.n`
+    live: str | None = None  # the attempt the GM is waiting for
+    lm: str | None = None  # where the live (or finishing) attempt runs
+    node: str | None = None
+    failures: int = 0  # worker-reported failures (`GMConfig.max_failures`)
+    losses: int = 0  # node losses and unanswered requests (`GMConfig.max_losses`)
+    runtime: float | None = None
+    started_at: float | None = None  # first start: the worker's clock, else when the GM heard
+    launched_at: tuple[int, int] | None = None  # the LM's version when it took the attempt
+    missing_since: float | None = None  # first heartbeat that no longer listed it
+    listed: tuple[str, str] | None = None  # (lm, attempt) under which the attempt book lists it
+
+    def placement(self, attempt_id: str, gm: str, priority: float) -> Placement:
+        """What the LM and worker are told of one attempt of this task."""
+        progress = self.job.progress
+        return Placement(attempt_id, self.spec, self.node or "", gm, self.job.spec.user,
+                         priority, progress.sampling and self.index in progress.pilots)
+
+
+@dataclass(slots=True, eq=False)
+class JobRecord:
+    spec: JobSpec
+    progress: JobProgress  # what the job policy orders by, and the pilots it chose
+    tasks: list[TaskRecord] = field(default_factory=list)
+    pending: deque[TaskRecord] = field(default_factory=deque)  # to place, in this order
+    held: deque[TaskRecord] = field(default_factory=deque)  # waiting for its pilots
+    state: JobState = JobState.PENDING
+    key: tuple = ()  # the job policy's order key, as filed in the pending index
+    reason: str = ""  # why it failed
+    finished_at: float | None = None
+
+    def add_tasks(self) -> list[TaskRecord]:
+        """A record per task of the spec: held if the job policy chose pilots and it is not
+        one of them, else pending."""
+        pilots = self.progress.pilots
+        for index, spec in enumerate(self.spec.tasks):
+            task = TaskRecord(spec, self, index, spec.shape)
+            self.tasks.append(task)
+            if pilots and index not in pilots:
+                task.state, task.reason = TaskState.HELD, Reason.HELD_FOR_PILOTS
+                self.held.append(task)
+            else:
+                self.pending.append(task)
+        return self.tasks
+
+    def validate(self, gm: str) -> None:
+        done = sum(t.state is TaskState.DONE for t in self.tasks)
+        if done != self.progress.done:
+            raise InvariantViolated(f"{gm}: job {self.spec.job_id} counts {self.progress.done} "
+                                    f"done tasks, has {done}")
+        for task in self.pending:
+            if task.state is not TaskState.PENDING:
+                raise InvariantViolated(f"{gm}: {task.spec.task_id} queued as pending in state "
+                                        f"{task.state}")

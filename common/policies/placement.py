@@ -1,0 +1,76 @@
+"""Placement policies: which of the nodes a task fits on it goes to, registered by name.
+
+The cluster state narrows a task's nodes down with bit-vectors (its constraints, the GM's
+partition, availability: `ClusterState.find`); the policy scans what is left, comparing exact
+free resources, and picks one.
+
+- `first_fit`: Megha's matching. The first fitting node at or after `start`, wrapping around:
+  the GM starts at the next LM's first node, round-robin across LMs.
+- `best_fit`: the fitting node the task leaves the least room on (normalised cpu plus memory
+  left over), wherever it is: packs tighter, scans every candidate.
+
+`PLACEMENT_POLICIES.make(name)` passes nothing: a placement policy keeps no state.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from bitarray import bitarray
+
+from common.policies.registry import Registry
+
+if TYPE_CHECKING:  # the cluster state imports the default policy from here
+    from common.cluster import ClusterState
+
+
+class PlacementPolicy(Protocol):
+    """Picks the node a task goes to among those it may use."""
+
+    name: str
+
+    def choose(
+        self, state: ClusterState, candidates: bitarray, cpu_m: int, mem_mib: int, start: int
+    ) -> int:
+        """Index of a `candidates` node (set bits) with `cpu_m` and `mem_mib` free in
+        `state`, or -1 if none has; `start` is where a scan that has an order begins."""
+
+
+PLACEMENT_POLICIES: Registry[type[PlacementPolicy]] = Registry("policies.placement",
+                                                               argument="placement")
+
+
+@PLACEMENT_POLICIES.register("first_fit")
+class FirstFit:
+    def choose(
+        self, state: ClusterState, candidates: bitarray, cpu_m: int, mem_mib: int, start: int
+    ) -> int:
+        free_cpu, free_mem = state.free_cpu, state.free_mem
+        for i in candidates.search(1, start):
+            if free_cpu[i] >= cpu_m and free_mem[i] >= mem_mib:
+                return i
+        if start:
+            for i in candidates.search(1, 0, start):
+                if free_cpu[i] >= cpu_m and free_mem[i] >= mem_mib:
+                    return i
+        return -1
+
+
+@PLACEMENT_POLICIES.register("best_fit")
+class BestFit:
+    def choose(
+        self, state: ClusterState, candidates: bitarray, cpu_m: int, mem_mib: int, start: int
+    ) -> int:
+        free_cpu, free_mem = state.free_cpu, state.free_mem
+        cap_cpu, cap_mem = state.topology.cap_cpu, state.topology.cap_mem
+        best, best_left = -1, float("inf")
+        for i in candidates.search(1):
+            if free_cpu[i] >= cpu_m and free_mem[i] >= mem_mib:
+                left = (free_cpu[i] - cpu_m) / cap_cpu[i] + (free_mem[i] - mem_mib) / cap_mem[i]
+                if left < best_left:
+                    best, best_left = i, left
+        return best
+
+
+# What a search without a policy uses: Megha's own matching.
+FIRST_FIT = FirstFit()

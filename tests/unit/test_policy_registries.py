@@ -1,0 +1,142 @@
+"""Every policy family has the same shape: a Protocol, a registry, registered classes that
+implement the Protocol, refusals that name the known choices, in code and in the file."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from types import ModuleType
+
+import pytest
+
+import common.policies
+from common.errors import InvalidInput
+from common.federation import Policies, load_federation
+from common.gm_config import GMConfig
+from common.policies.fairness import UserQueue
+from common.policies.registry import Registry
+from common.worker import WorkerAgent
+
+FAMILIES = ("policies.fairness", "policies.job", "policies.local_queue", "policies.placement")
+
+# What each family's `make` passes (a family module's docstring says so); the local queue
+# family hands out classes (`get`), made with nothing.
+CONTEXT = {"policies.fairness": {"queues": [UserQueue("a", 1.0, "g1")]}}
+
+FEDERATION = """\
+gms = ["g1"]
+
+[policies]
+{line}
+
+[[queues]]
+name = "a"
+share = 1.0
+gm = "g1"
+
+[[lms]]
+id = "l1"
+nodes = {{ count = 2, cpu_m = 1000, mem_mib = 1024 }}
+"""
+
+
+def family_modules() -> list[ModuleType]:
+    modules = [importlib.import_module(f"common.policies.{info.name}")
+               for info in pkgutil.iter_modules(common.policies.__path__)]
+    return [module for module in modules if registries_of(module)]
+
+
+def registries_of(module: ModuleType) -> list[Registry]:
+    return [value for value in vars(module).values() if isinstance(value, Registry)]
+
+
+def protocols_of(module: ModuleType) -> list[type]:
+    return [value for value in vars(module).values()
+            if inspect.isclass(value) and getattr(value, "_is_protocol", False)
+            and value.__module__ == module.__name__]
+
+
+def members(protocol: type) -> tuple[list[str], dict[str, inspect.Signature]]:
+    """The Protocol's attributes and its methods (with their signatures)."""
+    attributes = list(getattr(protocol, "__annotations__", {}))
+    methods = {name: inspect.signature(value) for name, value in vars(protocol).items()
+               if inspect.isfunction(value)
+               and value.__qualname__.startswith(f"{protocol.__qualname__}.")}
+    return attributes, methods
+
+
+MODULES = family_modules()
+ids = [module.__name__.rsplit(".", 1)[1] for module in MODULES]
+
+
+def test_every_family_is_found_once() -> None:
+    families = sorted(registries_of(module)[0].family for module in MODULES)
+    assert families == sorted(FAMILIES)
+    assert all(len(registries_of(module)) == 1 for module in MODULES)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=ids)
+def test_a_family_has_one_protocol_that_its_classes_implement(module: ModuleType) -> None:
+    protocols = protocols_of(module)
+    assert len(protocols) == 1, protocols
+    attributes, methods = members(protocols[0])
+    assert "name" in attributes and methods
+    registry = registries_of(module)[0]
+    assert registry.names()
+    for name in registry.names():
+        cls = registry.get(name)
+        assert cls.name == name
+        for attribute in attributes:
+            assert hasattr(cls, attribute), (cls, attribute)
+        for method, signature in methods.items():
+            implemented = getattr(cls, method, None)
+            assert callable(implemented), (cls, method)
+            assert list(inspect.signature(implemented).parameters) == list(
+                signature.parameters), (cls, method)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=ids)
+def test_every_policy_is_made_with_what_its_family_passes(module: ModuleType) -> None:
+    registry = registries_of(module)[0]
+    for name in registry.names():
+        context = CONTEXT.get(registry.family, {})
+        policy = registry.make(name, **context)
+        assert isinstance(policy, registry.get(name)) and policy.name == name
+
+
+@pytest.mark.parametrize("module", MODULES, ids=ids)
+def test_an_unknown_name_is_refused_naming_the_known_ones(module: ModuleType) -> None:
+    registry = registries_of(module)[0]
+    known = ", ".join(registry.names())
+    for call in (lambda: registry.get("no_such_policy"),
+                 lambda: registry.make("no_such_policy", **CONTEXT.get(registry.family, {}))):
+        with pytest.raises(InvalidInput) as caught:
+            call()
+        assert caught.value.field == registry.argument
+        assert caught.value.message == f"unknown policy 'no_such_policy' (known: {known})"
+    # the argument a refusal names is where the core takes the policy's name
+    assert (registry.argument in GMConfig.__dataclass_fields__
+            or registry.argument in inspect.signature(WorkerAgent).parameters)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=ids)
+def test_the_federation_file_offers_the_registered_names(module: ModuleType) -> None:
+    registry = registries_of(module)[0]
+    section, key = registry.family.split(".")
+    assert section == "policies" and key in Policies.model_fields
+    for name in registry.names():
+        federation = load_federation(FEDERATION.format(line=f'{key} = "{name}"'))
+        assert getattr(federation.policies, key) == name
+    with pytest.raises(InvalidInput) as caught:
+        load_federation(FEDERATION.format(line=f'{key} = "no_such_policy"'))
+    assert caught.value.field == registry.family
+    assert f"(known: {', '.join(registry.names())})" in caught.value.message
+
+
+def test_a_name_registered_twice_is_a_mistake() -> None:
+    registry = Registry("policies.example")
+    registry.register("one")(type("One", (), {}))
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register("one")(type("Other", (), {}))
+    assert registry.argument == "policies.example"  # code and file name the same key
