@@ -58,22 +58,24 @@ class Placer:
                 or (self.preempt(spec, user) if allow_preempt else None))
 
     def internal(self, spec: TaskSpec, advance: bool = True) -> Match | None:
-        k, i = self.view.find(spec.constraints, spec.demand.cpu_m, spec.demand.mem_mib, True,
-                              self._next_internal, self.placement)
-        if k < 0:
-            return None
-        if advance:
-            self._next_internal = k + 1
-        return Match(RequestKind.LAUNCH, self.view.order[k], i)
+        return self._search(spec, True, advance)
 
     def external(self, spec: TaskSpec, advance: bool = True) -> Match | None:
-        k, i = self.view.find(spec.constraints, spec.demand.cpu_m, spec.demand.mem_mib, False,
-                              self._next_external, self.placement)
+        return self._search(spec, False, advance)
+
+    def _search(self, spec: TaskSpec, internal: bool, advance: bool) -> Match | None:
+        """Round-robin over LMs, starting after the LM that took the last such task."""
+        start = self._next_internal if internal else self._next_external
+        k, i = self.view.find(spec.constraints, spec.demand.cpu_m, spec.demand.mem_mib, internal,
+                              start, self.placement)
         if k < 0:
             return None
-        if advance:
+        if advance and internal:
+            self._next_internal = k + 1
+        elif advance:
             self._next_external = k + 1
-        return Match(RequestKind.REPARTITION, self.view.order[k], i)
+        kind = RequestKind.LAUNCH if internal else RequestKind.REPARTITION
+        return Match(kind, self.view.order[k], i)
 
     def preempt(self, spec: TaskSpec, user: str) -> Match | None:
         """A node where preempting attempts of queues above their share makes room, if the
