@@ -20,12 +20,11 @@ its own state: `attempts.py`, `pending.py`, `placer.py`, `blocked.py`, `view.py`
 from __future__ import annotations
 
 import random
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 from common.admission import Admission
 from common.attempts import AttemptBook
-from common.blocked import BlockedDemands
 from common.cluster import ClusterTopology
 from common.commands import Command, JobEnded, Log, SendCancel, SendLaunch, SendPreempt
 from common.dispatch import RequestWindow
@@ -58,7 +57,7 @@ from common.lifecycle import (
 )
 from common.messages import Placement, RequestKind, TaskEvent
 from common.models import JobSpec
-from common.pending import PendingIndex
+from common.pending import Backlog
 from common.placer import Match, Placer
 from common.policies.fairness import FAIRNESS_POLICIES
 from common.policies.job import JOB_POLICIES, JobProgress
@@ -100,9 +99,8 @@ class GlobalMaster:
         self._tasks: dict[str, TaskRecord] = {}  # the tasks of unfinished jobs, by task id
         self._attempts = AttemptBook(self.gm, config.epoch)
         self._requests = RequestWindow(self.gm, config.epoch, config.lm_window)  # per-LM batches
-        self._pending = PendingIndex(self.policy)  # jobs with tasks to place, in policy order
+        self._backlog = Backlog(self.policy)  # waiting tasks, and the demands that fit nowhere
         self._job_seq = 0  # arrival order, for the job policy
-        self._blocked = BlockedDemands()  # what fits nowhere now, until capacity matches
         self.waiting = 0  # pending and held tasks: the backlog a GM bounds (see services)
         self.counters: Counter[str] = Counter()  # the service's /metrics
         self.log = TransitionLog(story_len)  # every transition, for `story`
@@ -141,11 +139,12 @@ class GlobalMaster:
                                job.estimated_task_duration)
         record = JobRecord(job, progress)
         self.policy.admit(progress, self.rng)
+        record.key = self.policy.order_key(progress)
         for task in record.add_tasks():
             self.view.expect_demand(task.spec.demand.cpu_m, task.spec.demand.mem_mib)
             self._tasks[task.spec.task_id] = task
             self.waiting += 1
-            self._blocked.arrived((job.user, task.shape), job.job_id)
+            self._backlog.add(task)
             self.log.record(step.now, step.stimulus_id, task.spec.task_id, "new", task.state)
         self.jobs[job.job_id] = record
         self.log.record(step.now, step.stimulus_id, job.job_id, "new", "pending",
@@ -158,19 +157,19 @@ class GlobalMaster:
                 self._adopt_orphan(task, step)
         for task_id, runtime in event.done_tasks:
             self._recover_done(record, task_id, runtime, step)
-        self._pending.hold(record)
         if record.progress.done == record.progress.num_tasks:
             record.finished_at = step.now
             self._move_job(record, JobState.DONE, step)
             self._end_job(record, step)
             return
-        self._pending.refile(record)
+        self._backlog.refile(record)
 
     def _recover_done(self, job: JobRecord, task_id: str, runtime: float, step: Step) -> None:
         task = self._tasks.get(task_id)
         if task is None or task.job is not job or task.state is TaskState.DONE:
             return
-        self._pending.remove_waiting(task)
+        if task.state in WAITING_STATES:
+            self._backlog.remove(task)
         task.runtime = runtime
         self._move(task, TaskState.DONE, Reason.FINISHED, step, "recovered")
         job.progress.done += 1
@@ -188,21 +187,19 @@ class GlobalMaster:
     # -- the scheduling pass --------------------------------------------------------------------
 
     def _schedule(self, step: Step) -> None:
-        if not self._pending:
+        backlog = self._backlog
+        if not backlog:
             return
         view = self.view
         if not view.any_reachable:
             return
-        blocked = self._blocked
-        blocked.wake_by_capacity(view.take_gained(), view.topology, view.state,
-                                 None if view.all_reachable else view.reachable)
-        if not blocked.dirty:
+        backlog.wake_by_capacity(view)
+        work_conserving = self.config.work_conserving
+        if not backlog.ready(work_conserving):
             return  # nothing new waits, and nothing blocked could fit now
-        blocked.dirty = False
-        self.placer.new_pass()
-        self._pending.place_pending(self.jobs, blocked, lambda task: self._try_place(task, step))
-        if self.config.work_conserving:
-            self._pending.place_held(lambda task: self._try_place(task, step, allow_preempt=False))
+        backlog.place(self.jobs, lambda task: self._try_place(task, step),
+                      (lambda task: self._try_place(task, step, allow_preempt=False))
+                      if work_conserving else None)
 
     def _dispatch(self, step: Step) -> None:
         """Send what the request window lets out (placements already made joined their LM's
@@ -217,11 +214,11 @@ class GlobalMaster:
             if not attempts:
                 self._requests.finished(request.request_id)
                 self.view.release(request.request_id)
-                self.placer.preemptions.pop(request.request_id, None)
+                self.placer.forget(request.request_id)
                 continue
             placements = tuple(self._placement_of(a, priorities) for a in attempts)
             if request.preempt:
-                victims = self.placer.preemptions[request.request_id].victim_ids
+                victims = self.placer.victims_of(request.request_id)
                 step.emit(SendPreempt(request.lm, request.request_id, placements[0], victims))
             else:
                 step.emit(SendLaunch(request.lm, request.request_id, request.kind, placements))
@@ -235,15 +232,11 @@ class GlobalMaster:
         return task.placement(attempt_id, self.gm, priority)
 
     def _try_place(self, task: TaskRecord, step: Step, allow_preempt: bool = True) -> bool:
-        demand = (task.job.spec.user, task.shape)
-        blocked = self._blocked.reason(demand)
-        if blocked is not None:
-            task.reason = blocked
-            return False
         self.counters["decisions_total"] += 1
-        match = self.placer.place(task.spec, demand[0], allow_preempt)
+        user = task.job.spec.user
+        match = self.placer.place(task.spec, user, allow_preempt)
         if match is None:
-            self._blocked.block(demand, Reason.NO_CAPACITY)
+            self._backlog.block((user, task.shape), Reason.NO_CAPACITY)
             task.reason = Reason.NO_CAPACITY
             return False
         self._launch(task, match, step)
@@ -326,10 +319,10 @@ class GlobalMaster:
                 if task is not None:
                     self._adopt_orphan(task, step)
             if snapshot.running is not None and self.fairness.preempts and len(
-                    self._blocked):
+                    self._backlog.blocked):
                 # new running lists or released claims: users whose queue may now take from
                 # another look again at what they could not place
-                self._blocked.wake_users(self.placer.may_preempt_for(self.own_queues))
+                self._backlog.wake_users(self.placer.may_preempt_for(self.own_queues))
         # an idle LM repeats the same snapshot: its running list still counts for leases;
         # a finish that arrives after the lease expired still completes the task
         for task in self._attempts.expired(snapshot, step.now, self.config.attempt_grace):
@@ -392,7 +385,7 @@ class GlobalMaster:
         if task.live is not None and task.live != report.attempt_id:
             step.emit(SendCancel(task.lm or report.lm, task.live))
         if task.state in WAITING_STATES:
-            self._pending.remove_waiting(task)
+            self._backlog.remove(task)
         task.runtime = report.runtime
         task.lm, task.node = report.lm, report.node_id
         self._move(task, TaskState.DONE, Reason.FINISHED, step, report.attempt_id)
@@ -411,25 +404,19 @@ class GlobalMaster:
             self._move_job(job, JobState.DONE, step)
             self._end_job(job, step)
         else:
-            self._pending.refile(job)
+            self._backlog.refile(job)
 
     def _release_held(self, job: JobRecord, step: Step) -> None:
-        for held in job.held:
-            if held.state is TaskState.HELD:
-                self._move(held, TaskState.PENDING, Reason.NO_CAPACITY, step, "pilots measured")
-                self._blocked.arrived((job.spec.user, held.shape), job.spec.job_id)
-                job.pending.append(held)
-        job.held = deque()
-        self._pending.unhold(job)
+        for held in self._backlog.release_held(job):
+            self._move(held, TaskState.PENDING, Reason.NO_CAPACITY, step, "pilots measured")
+            self._backlog.add(held)
 
     # -- moving tasks and jobs -------------------------------------------------------------------
 
     def _requeue(self, task: TaskRecord, why: Reason, step: Step) -> None:
         task.live = None
         self._move(task, TaskState.PENDING, why, step)
-        self._blocked.arrived((task.job.spec.user, task.shape), task.job.spec.job_id)
-        task.job.pending.appendleft(task)
-        self._pending.refile(task.job)
+        self._backlog.requeue(task)
         self.counters[f"requeues_total.{why}"] += 1
         step.emit(Log("task_requeued", {"task": task.spec.task_id, "job": task.job.spec.job_id,
                                         "gm": self.gm, "reason": str(why)}))
@@ -465,10 +452,6 @@ class GlobalMaster:
                 step.emit(SendCancel(task.lm, task.live))
             self._move(task, TaskState.FAILED, Reason.FAILED, step, why)
             self._attempts.forget(task)
-        job.pending.clear()
-        job.held.clear()
-        self._pending.unhold(job)
-        self._blocked.unpark(job.spec.job_id)
         job.reason = why
         job.finished_at = step.now
         self._move_job(job, JobState.FAILED, step)
@@ -476,7 +459,7 @@ class GlobalMaster:
 
     def _end_job(self, job: JobRecord, step: Step) -> None:
         spec = job.spec
-        self._pending.drop(job)
+        self._backlog.drop(job)
         for task in job.tasks:
             self._tasks.pop(task.spec.task_id, None)
         event = "job_done" if job.state is JobState.DONE else "job_failed"
@@ -494,13 +477,12 @@ class GlobalMaster:
         if orphan is None:
             return
         attempt_id, lm, node = orphan
-        self._pending.remove_waiting(task)
+        self._backlog.remove(task)
         if task.state is TaskState.HELD:
             self._move(task, TaskState.PENDING, Reason.NO_CAPACITY, step)
         self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, step)
         self._move(task, TaskState.LAUNCHED, Reason.LAUNCHED, step,
                    f"adopted {attempt_id} on {lm}/{node}")
-        self._pending.set_pending(task.job, task.job.pending)
         step.emit(Log("attempt_adopted", {"attempt": attempt_id, "task": task.spec.task_id,
                                           "job": task.job.spec.job_id, "gm": self.gm,
                                           "lm": lm, "node": node}))
@@ -509,7 +491,7 @@ class GlobalMaster:
 
     def job_status(self, job_id: str) -> dict | None:
         job = self.jobs.get(job_id)
-        return None if job is None else job_status(job)
+        return None if job is None else job_status(job, self._backlog.reason_of)
 
     def explain(self, task_id: str) -> dict:
         """Why a task waits: how many nodes each filter leaves, across this GM's views, and
@@ -517,7 +499,8 @@ class GlobalMaster:
         task = self._tasks.get(task_id)
         if task is None:
             raise KeyError(task_id)
-        return {"task": task_id, "state": str(task.state), "reason": str(task.reason),
+        return {"task": task_id, "state": str(task.state),
+                "reason": str(self._backlog.reason_of(task)),
                 **self.placer.explain(task.spec, task.job.spec.user)}
 
     def ended_since(self, after: int, limit: int) -> tuple[list[str], int]:
@@ -533,16 +516,16 @@ class GlobalMaster:
 
     def validate(self) -> None:
         waiting = 0
-        for job_id, job in self.jobs.items():
+        for job in self.jobs.values():
             if job.state in ENDED_JOB_STATES:
                 continue
             job.validate(self.gm)
-            self._pending.validate(self.gm, job)
-            self._blocked.validate_parked(self.gm, job_id, job.spec.user, job.pending)
+            self._backlog.validate(self.gm, job)
             for task in job.tasks:
                 self._attempts.validate(task)
                 waiting += task.state in WAITING_STATES
         self._attempts.validate_lists()
+        self._backlog.validate_index(self.gm)
         if waiting != self.waiting:
             raise InvariantViolated(f"{self.gm}: counts {self.waiting} waiting tasks, "
                                     f"has {waiting}")

@@ -4,11 +4,16 @@ ended jobs a client follows instead of asking about each job."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
-from common.gm_records import JobRecord
+from common.gm_records import JobRecord, TaskRecord
+from common.reasons import Reason
 
 
-def job_status(job: JobRecord) -> dict:
+def job_status(job: JobRecord,
+               reason_of: Callable[[TaskRecord], Reason] = lambda task: task.reason) -> dict:
+    """A job and its tasks; `reason_of` says why a task is where it is (for a waiting one,
+    its demand may be blocked: `Backlog.reason_of`)."""
     progress = job.progress
     return {
         "job": job.spec.job_id, "user": job.spec.user, "state": str(job.state),
@@ -17,7 +22,7 @@ def job_status(job: JobRecord) -> dict:
         "estimated_task_duration": progress.estimated_task_duration,
         "estimated_remaining_work": progress.estimated_remaining_work,
         "tasks": [
-            {"task": t.spec.task_id, "state": str(t.state), "reason": str(t.reason),
+            {"task": t.spec.task_id, "state": str(t.state), "reason": str(reason_of(t)),
              "attempt": t.live, "lm": t.lm, "node": t.node, "runtime": t.runtime,
              "started_at": t.started_at, "pilot": t.index in progress.pilots}
             for t in job.tasks

@@ -7,10 +7,10 @@ Plain records: the GM and its helpers (`common/attempts.py`, `common/pending.py`
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
 from common.errors import InvariantViolated
+from common.job_queue import JobQueue
 from common.lifecycle import JobState, TaskState
 from common.messages import Placement
 from common.models import JobSpec, TaskSpec
@@ -42,6 +42,7 @@ class TaskRecord:
     launched_at: tuple[int, int] | None = None  # the LM's version when it took the attempt
     missing_since: float | None = None  # first heartbeat that no longer listed it
     listed: tuple[str, str] | None = None  # (lm, attempt) under which the attempt book lists it
+    seq: int = 0  # its place in its job's waiting queue (`common/job_queue.py`)
 
     def placement(self, attempt_id: str, gm: str, priority: float) -> Placement:
         """What the LM and worker are told of one attempt of this task."""
@@ -55,8 +56,8 @@ class JobRecord:
     spec: JobSpec
     progress: JobProgress  # what the job policy orders by, and the pilots it chose
     tasks: list[TaskRecord] = field(default_factory=list)
-    pending: deque[TaskRecord] = field(default_factory=deque)  # to place, in this order
-    held: deque[TaskRecord] = field(default_factory=deque)  # waiting for its pilots
+    pending: JobQueue = field(default_factory=JobQueue)  # to place, in this order
+    held: JobQueue = field(default_factory=JobQueue)  # waiting for its pilots
     state: JobState = JobState.PENDING
     key: tuple = ()  # the job policy's order key, as filed in the pending index
     reason: str = ""  # why it failed
@@ -64,16 +65,13 @@ class JobRecord:
 
     def add_tasks(self) -> list[TaskRecord]:
         """A record per task of the spec: held if the job policy chose pilots and it is not
-        one of them, else pending."""
+        one of them, else pending (the GM's backlog queues them)."""
         pilots = self.progress.pilots
         for index, spec in enumerate(self.spec.tasks):
             task = TaskRecord(spec, self, index, spec.shape)
             self.tasks.append(task)
             if pilots and index not in pilots:
                 task.state, task.reason = TaskState.HELD, Reason.HELD_FOR_PILOTS
-                self.held.append(task)
-            else:
-                self.pending.append(task)
         return self.tasks
 
     def validate(self, gm: str) -> None:
@@ -81,7 +79,3 @@ class JobRecord:
         if done != self.progress.done:
             raise InvariantViolated(f"{gm}: job {self.spec.job_id} counts {self.progress.done} "
                                     f"done tasks, has {done}")
-        for task in self.pending:
-            if task.state is not TaskState.PENDING:
-                raise InvariantViolated(f"{gm}: {task.spec.task_id} queued as pending in state "
-                                        f"{task.state}")

@@ -97,6 +97,7 @@ class FederationView:
         self.slots: dict[str, LMSlot] = {}
         self.order: list[LMSlot] = []  # by offset
         self.layouts = 0  # how many times the set of topologies changed (`_relayout`)
+        self.running_changes = 0  # how many running lists snapshots brought (usage is kept by it)
         self._offsets: list[int] = []
         self.topology: ClusterTopology | None = None
         self.state: ClusterState | None = None
@@ -129,12 +130,14 @@ class FederationView:
             slot = LMSlot(snapshot.lm, snapshot.topology, snapshot, last_heard=now)
             if snapshot.running is not None:
                 slot.set_running(snapshot.running)
+                self.running_changes += 1
             self.slots[snapshot.lm] = slot
             self._relayout()
             return True
         previous, slot.snapshot = slot.snapshot, snapshot
         if snapshot.running is not None:
             slot.set_running(snapshot.running)
+            self.running_changes += 1
         self._load_changes(slot, previous)
         return True
 

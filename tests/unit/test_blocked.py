@@ -1,6 +1,7 @@
 """A GM with tasks that fit nowhere does not search for them again on every event: their
-demands are blocked until capacity that matches appears (common/blocked.py). On a saturated
-cluster this is what keeps a GM's cost per event flat however long its backlog."""
+demands are blocked until capacity that matches appears (common/blocked.py), and a pass looks
+only at demands that are ready (common/pending.py). On a saturated cluster this is what keeps
+a GM's cost per event flat however long its backlog."""
 
 from __future__ import annotations
 
@@ -58,8 +59,7 @@ def test_a_saturated_gm_searches_only_when_capacity_that_matches_appears() -> No
         fed.tick(1.0)
         fed.run_until_quiet()
     assert gm.counters["decisions_total"] == decisions
-    assert {t.reason for t in gm._tasks.values() if t.job.spec.job_id == "red"} == {
-        Reason.NO_CAPACITY}
+    assert {t["reason"] for t in gm.job_status("red")["tasks"]} == {"no_capacity"}
 
     # the blue node frees up: red tasks cannot use it, so they are not searched for
     fed.finish(running_on(fed, "lm-1/n1")[0])
@@ -129,12 +129,11 @@ def test_capacity_wakes_exactly_the_demands_it_can_take(freed, woken) -> None:
                "both": ("u1", (frozenset({RED, BLUE}), 1000, 1024))}
     for demand in demands.values():
         memo.block(demand, Reason.NO_CAPACITY)
-    memo.dirty = False
     for i in freed:
         state.give(i, NODE.cpu_m, NODE.mem_mib)
     # nodes marked gained but without room now (a change that took room) wake nothing
-    count = memo.wake_by_capacity(bits(0, 1, 2), topology, state, None)
-    assert count == len(woken) and memo.dirty == bool(woken)
+    returned = memo.wake_by_capacity(bits(0, 1, 2), topology, state, None)
+    assert {name for name, demand in demands.items() if demand in returned} == woken
     assert {name for name, demand in demands.items() if demand not in memo} == woken
 
 
@@ -144,7 +143,7 @@ def test_a_demand_too_big_for_the_freed_room_stays_blocked() -> None:
     big = ("u1", (frozenset({RED}), 1000, 1024))
     memo.block(big, Reason.NO_CAPACITY)
     state.give(0, 500, 512)  # half a node
-    assert memo.wake_by_capacity(bits(0), topology, state, None) == 0
+    assert memo.wake_by_capacity(bits(0), topology, state, None) == []
     assert big in memo
 
 
@@ -154,42 +153,12 @@ def test_an_unreachable_lm_wakes_nothing_and_a_new_layout_wakes_all() -> None:
     demand = ("u1", (frozenset({RED}), 1000, 1024))
     memo.block(demand, Reason.NO_CAPACITY)
     state.give(0, NODE.cpu_m, NODE.mem_mib)
-    assert memo.wake_by_capacity(bits(0), topology, state, bits()) == 0
-    assert memo.wake_by_capacity(bits(0, size=5), topology, state, None) == 1
+    assert memo.wake_by_capacity(bits(0), topology, state, bits()) == []
+    assert memo.wake_by_capacity(bits(0, size=5), topology, state, None) == [demand]
     assert demand not in memo
 
 
-def test_arrivals_dirty_the_memo_only_for_demands_not_blocked() -> None:
-    memo = BlockedDemands()
-    demand = ("u1", (frozenset(), 1, 1))
-    memo.dirty = False
-    memo.block(demand, Reason.NO_CAPACITY)
-    memo.arrived(demand, "j1")
-    assert not memo.dirty
-    memo.arrived(("u1", (frozenset({RED}), 1, 1)), "j2")
-    assert memo.dirty
-
-
-def test_a_parked_job_is_woken_by_its_own_demands_or_a_new_task() -> None:
-    topology, state = topology_and_state()
-    memo = BlockedDemands()
-    red, blue = ("u1", (frozenset({RED}), 1000, 1024)), ("u1", (frozenset({BLUE}), 1000, 1024))
-    for demand in (red, blue):
-        memo.block(demand, Reason.NO_CAPACITY)
-    memo.park("reds", {red})
-    memo.park("both", {red, blue})
-    memo.park("blues", {blue})
-    state.give(1, NODE.cpu_m, NODE.mem_mib)  # a blue node frees up
-    assert memo.wake_by_capacity(bits(1), topology, state, None) == 1
-    assert memo.parked == {"reds"}
-    memo.arrived(red, "reds")  # a task of it waits again (a requeue): look at the job again
-    assert memo.parked == set()
-    memo.park("reds", {red})
-    memo.wake_all()
-    assert memo.parked == set()
-
-
-def test_a_pass_skips_jobs_whose_waiting_tasks_are_all_blocked() -> None:
+def test_a_pass_looks_only_at_demands_that_are_ready() -> None:
     """With a backlog blocked on one constraint, a job of another does not make the GM look at
     the backlog's tasks again, one by one."""
     fed = one_gm_federation([frozenset({RED}), frozenset({BLUE})])
@@ -198,12 +167,16 @@ def test_a_pass_skips_jobs_whose_waiting_tasks_are_all_blocked() -> None:
     fed.run_until_quiet()
     for k in range(30):
         fed.submit("gm-1", job(f"red{k}", 2, frozenset({RED})))
-    fed.submit("gm-1", job("blue", 1, frozenset({BLUE})))  # a new demand: one more pass
+    fed.submit("gm-1", job("blue", 1, frozenset({BLUE})))
     fed.run_until_quiet()
-    assert len(gm._blocked.parked) == 31  # every job looked at once, all blocked
-    looked_at = []
-    reason = gm._blocked.reason
-    gm._blocked.reason = lambda demand: looked_at.append(demand) or reason(demand)
+    backlog = gm._backlog
+    assert not backlog.pending.ready  # every waiting demand is blocked after a pass
+    red = ("u1", (frozenset({RED}), NODE.cpu_m, NODE.mem_mib))
+    assert len(backlog.pending.jobs_by_demand[red]) == 30
+    tried = []
+    try_place = gm._try_place
+    gm._try_place = lambda task, *a, **k: tried.append(task.spec.task_id) or try_place(task, *a,
+                                                                                      **k)
     fill_on_blue = running_on(fed, "lm-1/n1")[0]
     fed.finish(fill_on_blue)  # the blue node frees up: only the blue job is looked at
     fed.run_until_quiet()
@@ -211,6 +184,5 @@ def test_a_pass_skips_jobs_whose_waiting_tasks_are_all_blocked() -> None:
     fed.tick(1.0)
     fed.run_until_quiet()
     assert [a for a in running_on(fed, "lm-1/n1") if a.startswith("blue/")]
-    assert looked_at
-    assert all(demand[1][0] == frozenset({BLUE}) for demand in looked_at), looked_at
+    assert tried == ["blue/0"]
     gm.validate()
