@@ -233,6 +233,8 @@ class LMSnapshot:
     changes: ChangeMark | None = field(default=None, compare=False, repr=False)
     attempts_by_gm: dict[str, tuple[str, ...]] | None = field(default=None, compare=False,
                                                               repr=False)
+    # What is derived from `running` once, for whoever reads it (`running_by_node`, ...).
+    memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
     def version(self) -> tuple[int, int]:
@@ -245,6 +247,35 @@ class LMSnapshot:
         if self.changes is None or earlier.changes is None:
             return None
         return self.changes.since(earlier.changes)
+
+    def running_by_node(self) -> dict[int, list[RunningInfo]]:
+        """`running` by local node index."""
+        by_node = self.memo.get("by_node")
+        if by_node is None:
+            by_node = self.memo["by_node"] = {}
+            for info in self.running or ():
+                by_node.setdefault(info.node_index, []).append(info)
+        return by_node
+
+    def running_ids(self) -> frozenset[str]:
+        ids = self.memo.get("ids")
+        if ids is None:
+            ids = self.memo["ids"] = frozenset(info.attempt_id for info in self.running or ())
+        return ids
+
+    def usage_by_user(self) -> dict[str, list[int]]:
+        """Cpu and memory per user queue of `running`."""
+        sums = self.memo.get("usage")
+        if sums is None:
+            sums = self.memo["usage"] = {}
+            for info in self.running or ():
+                used = sums.get(info.user)
+                if used is None:
+                    sums[info.user] = [info.cpu_m, info.mem_mib]
+                else:
+                    used[0] += info.cpu_m
+                    used[1] += info.mem_mib
+        return sums
 
     def attempts_of(self, gm: str) -> Sequence[str]:
         """The ids of `gm`'s attempts in `running`."""

@@ -19,7 +19,7 @@ them, not after every snapshot.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import compress
 from operator import ne, or_
 
@@ -46,49 +46,30 @@ class LMSlot:
     last_heard: float = float("-inf")
     reachable: bool = True
     running: tuple[RunningInfo, ...] = ()
-    _running_by_node: dict[int, list[RunningInfo]] | None = field(default=None, repr=False)
-    _running_ids: frozenset[str] | None = field(default=None, repr=False)
-    _usage: dict[str, list[int]] | None = field(default=None, repr=False)
+    listing: LMSnapshot | None = None  # the snapshot that brought `running`
 
     @property
     def version(self) -> tuple[int, int]:
         return self.snapshot.version
 
+    # What a running list says, derived once per list on the snapshot that brought it, so the
+    # GMs of one simulation, which share the LM's snapshot object, derive it once, not each.
+
     def running_on(self, i: int) -> list[RunningInfo]:
         """Attempts the last heartbeat showed on local node `i` (for choosing victims)."""
-        if self._running_by_node is None:
-            by_node: dict[int, list[RunningInfo]] = {}
-            for info in self.running:
-                by_node.setdefault(info.node_index, []).append(info)
-            self._running_by_node = by_node
-        return self._running_by_node.get(i, [])
+        return self.listing.running_by_node().get(i, []) if self.listing is not None else []
 
     def running_ids(self) -> frozenset[str]:
         """Attempt ids the last heartbeat listed."""
-        if self._running_ids is None:
-            self._running_ids = frozenset(info.attempt_id for info in self.running)
-        return self._running_ids
+        return self.listing.running_ids() if self.listing is not None else frozenset()
 
     def usage(self) -> dict[str, list[int]]:
-        """Cpu and memory per user queue of what the last heartbeat listed: summed once per
-        heartbeat, so a GM's usage estimate costs O(LMs), not O(running attempts)."""
-        if self._usage is None:
-            sums: dict[str, list[int]] = {}
-            for info in self.running:
-                used = sums.get(info.user)
-                if used is None:
-                    sums[info.user] = [info.cpu_m, info.mem_mib]
-                else:
-                    used[0] += info.cpu_m
-                    used[1] += info.mem_mib
-            self._usage = sums
-        return self._usage
+        """Cpu and memory per user queue of what the last heartbeat listed."""
+        return self.listing.usage_by_user() if self.listing is not None else {}
 
-    def set_running(self, running: tuple[RunningInfo, ...]) -> None:
-        self.running = running
-        self._running_by_node = None
-        self._running_ids = None
-        self._usage = None
+    def set_running(self, listing: LMSnapshot) -> None:
+        self.running = listing.running
+        self.listing = listing
 
 
 class FederationView:
@@ -129,14 +110,14 @@ class FederationView:
         if slot is None or snapshot.topology is not slot.topology:
             slot = LMSlot(snapshot.lm, snapshot.topology, snapshot, last_heard=now)
             if snapshot.running is not None:
-                slot.set_running(snapshot.running)
+                slot.set_running(snapshot)
                 self.running_changes += 1
             self.slots[snapshot.lm] = slot
             self._relayout()
             return True
         previous, slot.snapshot = slot.snapshot, snapshot
         if snapshot.running is not None:
-            slot.set_running(snapshot.running)
+            slot.set_running(snapshot)
             self.running_changes += 1
         self._load_changes(slot, previous)
         return True
