@@ -526,6 +526,7 @@ class GlobalMaster:
                 waiting += task.state in WAITING_STATES
         self._attempts.validate_lists()
         self._backlog.validate_index(self.gm)
+        self.placer.estimate.validate(self.gm)
         if waiting != self.waiting:
             raise InvariantViolated(f"{self.gm}: counts {self.waiting} waiting tasks, "
                                     f"has {waiting}")

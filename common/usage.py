@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.cluster import RunningInfo
+from common.errors import InvariantViolated
 from common.policies.fairness import Usage
 from common.view import FederationView
 
@@ -73,21 +74,23 @@ class UsageEstimate:
         self.preemptions[request_id] = pending
         self._by_lm.setdefault(pending.lm, {})[request_id] = pending
         self.claimed.update(pending.victim_ids)
-        self._changed(pending.lm)
+        self._count(pending, 1)
 
     def answered(self, request_id: str, accepted: bool) -> None:
         pending = self.preemptions.get(request_id)
-        if pending is not None:
-            pending.answered = True
-            pending.refused = not accepted
-            self._changed(pending.lm)
+        if pending is None:
+            return
+        pending.answered = True
+        if not accepted and not pending.refused:
+            self._count(pending, -1)  # a refused one changes nothing
+            pending.refused = True
 
     def forget(self, request_id: str) -> PendingPreemption | None:
         pending = self.preemptions.pop(request_id, None)
         if pending is not None:
+            self._count(pending, -1)
             del self._by_lm[pending.lm][request_id]
             self.claimed.difference_update(pending.victim_ids)
-            self._changed(pending.lm)
         return pending
 
     def settle(self, lm: str) -> None:
@@ -98,9 +101,18 @@ class UsageEstimate:
             for request_id in [rid for rid, p in at_lm.items() if p.answered]:
                 self.forget(request_id)
 
-    def _changed(self, lm: str) -> None:
-        self._stale_lms.add(lm)
+    def _count(self, pending: PendingPreemption, sign: int) -> None:
+        """Add one preemption's adjustment to its LM's (sign 1) or take it back (-1). Added
+        one by one: a GM may name hundreds of victims on one LM in a pass, and recomputing
+        that LM's adjustment after each was quadratic (a saturated run, py-spy)."""
         self._usage = None
+        lm = pending.lm
+        if lm in self._stale_lms or self._seen != (self.view.layouts, self.view.running_changes):
+            self._stale_lms.add(lm)  # recomputed whole at the next estimate
+            return
+        slot = self.view.slots.get(lm)
+        listed = slot.running_ids() if slot is not None else frozenset()
+        _contribute(self._adjusted.setdefault(lm, {}), pending, listed, sign)
 
     # -- the estimate --------------------------------------------------------------------------
 
@@ -158,15 +170,50 @@ class UsageEstimate:
         listed = slot.running_ids() if slot is not None else frozenset()
         adjustment: dict[str, list[int]] = {}
         for pending in at_lm.values():
-            if pending.refused:
-                continue
-            if pending.attempt_id not in listed:
-                used = adjustment.setdefault(pending.user, [0, 0])
-                used[0] += pending.cpu_m
-                used[1] += pending.mem_mib
-            for victim in pending.victims:
-                if victim.attempt_id in listed:
-                    used = adjustment.setdefault(victim.user, [0, 0])
-                    used[0] -= victim.cpu_m
-                    used[1] -= victim.mem_mib
+            _contribute(adjustment, pending, listed, 1)
         self._adjusted[lm] = adjustment
+
+    def validate(self, gm: str) -> None:
+        """The kept estimate equals one computed from scratch."""
+        kept = self.usage()
+        cpu: dict[str, int] = {}
+        mem: dict[str, int] = {}
+        for slot in self.view.order:
+            for user, (user_cpu, user_mem) in slot.usage().items():
+                cpu[user] = cpu.get(user, 0) + user_cpu
+                mem[user] = mem.get(user, 0) + user_mem
+        for lm, at_lm in self._by_lm.items():
+            adjustment: dict[str, list[int]] = {}
+            slot = self.view.slots.get(lm)
+            listed = slot.running_ids() if slot is not None else frozenset()
+            for pending in at_lm.values():
+                _contribute(adjustment, pending, listed, 1)
+            for user, (user_cpu, user_mem) in adjustment.items():
+                cpu[user] = cpu.get(user, 0) + user_cpu
+                mem[user] = mem.get(user, 0) + user_mem
+        total_cpu, total_mem = self.view.capacity
+        for user in set(cpu) | set(kept):
+            fresh = (cpu.get(user, 0) / total_cpu, mem.get(user, 0) / total_mem)
+            if kept.get(user, (0.0, 0.0)) != fresh:
+                raise InvariantViolated(f"{gm}: kept usage of {user} is {kept.get(user)}, "
+                                        f"recomputed {fresh}")
+        claimed = {v for pending in self.preemptions.values() for v in pending.victim_ids}
+        if claimed != self.claimed:
+            raise InvariantViolated(f"{gm}: {len(self.claimed)} victims claimed, "
+                                    f"{len(claimed)} named by preemptions in flight")
+
+
+def _contribute(adjustment: dict[str, list[int]], pending: PendingPreemption,
+                listed: frozenset[str], sign: int) -> None:
+    """One preemption's part of its LM's adjustment, against the LM's last running list."""
+    if pending.refused:
+        return
+    if pending.attempt_id not in listed:
+        used = adjustment.setdefault(pending.user, [0, 0])
+        used[0] += sign * pending.cpu_m
+        used[1] += sign * pending.mem_mib
+    for victim in pending.victims:
+        if victim.attempt_id in listed:
+            used = adjustment.setdefault(victim.user, [0, 0])
+            used[0] -= sign * victim.cpu_m
+            used[1] -= sign * victim.mem_mib
