@@ -8,8 +8,11 @@ from common.cluster import LMSnapshot
 from common.messages import LaunchResult, Placement, RequestKind, TaskEvent
 from common.reasons import Reason
 
+# Not `frozen`, as events are not (see common/events.py): a core returns several commands
+# per event. Nothing mutates a command once made.
 
-@dataclass(slots=True)  # not frozen: one per task event, see common/messages.py
+
+@dataclass(slots=True)
 class Log:
     """One line of the JSON event log (docs/architecture.md, The event log); the driver adds
     `ts` and `svc`."""
@@ -21,7 +24,7 @@ class Log:
 # --- GM commands --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendLaunch:
     lm: str
     request_id: str
@@ -29,7 +32,7 @@ class SendLaunch:
     placements: tuple[Placement, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendPreempt:
     lm: str
     request_id: str
@@ -37,13 +40,13 @@ class SendPreempt:
     victims: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendCancel:
     lm: str
     attempt_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JobEnded:
     """A job reached DONE or FAILED: the driver may drop its durable record."""
 
@@ -56,7 +59,7 @@ class JobEnded:
 # --- LM commands --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReplyToGM:
     gm: str
     request_id: str
@@ -64,26 +67,26 @@ class ReplyToGM:
     snapshot: LMSnapshot
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StartOnWorker:
     worker: str
     placement: Placement
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StopOnWorker:
     worker: str
     attempt_id: str
     reason: Reason
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PublishTaskEvent:
     gm: str
     event: TaskEvent
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PublishHeartbeat:
     snapshot: LMSnapshot
 
@@ -91,7 +94,7 @@ class PublishHeartbeat:
 # --- worker agent commands ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunTask:
     """Hold the placement's resources for `duration` seconds (None: until killed)."""
 
@@ -100,12 +103,12 @@ class RunTask:
     duration: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class KillTask:
     attempt_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReportToLM:
     """started / finished / failed / cancelled, with the measured runtime when finished."""
 

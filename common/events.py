@@ -1,4 +1,4 @@
-"""Events: everything that can happen to a role, as small frozen records.
+"""Events: everything that can happen to a role, as small records nothing mutates.
 
 Each event carries the id of the stimulus that caused it, so every state change it makes
 is recorded against that id (`story()`). In the simulator and the test harness, an event
@@ -15,8 +15,14 @@ from common.messages import LaunchResult, Placement, RequestKind, TaskEvent
 from common.models import JobSpec
 from common.reasons import Reason
 
+# Not `frozen`: the simulator makes an event per engine step, and a frozen dataclass's
+# __init__ (object.__setattr__ per field) costs 0.74 us against 0.21 us for four fields
+# (measured here); frozen events were a tenth of a 10,000-node run's wall time with the
+# commands (benchmarks/bench_sim.py). Nothing mutates an event once made; they compare by
+# value as before, but are not hashable.
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class Tick:
     """Time passed: heartbeats fall due, liveness deadlines expire, pending work is retried."""
 
@@ -26,7 +32,7 @@ class Tick:
 # --- GM inputs -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JobSubmitted:
     """A job for this GM. A restarted GM replays unfinished jobs from its store with the
     tasks that already finished (task id, measured runtime): those are never run again."""
@@ -36,7 +42,7 @@ class JobSubmitted:
     done_tasks: tuple[tuple[str, float], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LMReplied:
     """The LM's answer to a launch, repartition or preemption request of this GM."""
 
@@ -47,7 +53,7 @@ class LMReplied:
     snapshot: LMSnapshot
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LMRequestFailed:
     """A request got no answer after the shell's retries (timeout, connection refused).
 
@@ -61,19 +67,19 @@ class LMRequestFailed:
     reason: Reason = Reason.LM_UNREACHABLE
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HeartbeatReceived:
     stimulus_id: str
     snapshot: LMSnapshot
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskEventReceived:
     stimulus_id: str
     event: TaskEvent
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskEventsReceived:
     """Several task events at once (one broker message), applied in order before one
     scheduling pass."""
@@ -85,7 +91,7 @@ class TaskEventsReceived:
 # --- LM inputs -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LaunchRequested:
     stimulus_id: str
     gm: str
@@ -94,7 +100,7 @@ class LaunchRequested:
     placements: tuple[Placement, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PreemptRequested:
     """Stop `victims` (attempt ids running on the placement's node), then launch it."""
 
@@ -105,7 +111,7 @@ class PreemptRequested:
     victims: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CancelRequested:
     """The owning GM no longer wants this attempt (a redundant or superseded copy)."""
 
@@ -114,7 +120,7 @@ class CancelRequested:
     attempt_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskEventBacklog:
     """The driver's outbox of task events filled up (`full`) or drained again."""
 
@@ -123,7 +129,7 @@ class TaskEventBacklog:
     size: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkerTaskStarted:
     stimulus_id: str
     worker: str
@@ -131,7 +137,7 @@ class WorkerTaskStarted:
     at: float | None = None  # the worker's clock when the task started
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkerTaskFinished:
     stimulus_id: str
     worker: str
@@ -139,7 +145,7 @@ class WorkerTaskFinished:
     runtime: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkerTaskFailed:
     stimulus_id: str
     worker: str
@@ -147,7 +153,7 @@ class WorkerTaskFailed:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DispatchFailed:
     """The LM's driver could not hand an attempt to its worker agent (it never answered)."""
 
@@ -157,7 +163,7 @@ class DispatchFailed:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkerHeartbeat:
     """A worker agent is alive and runs (or queues) these attempts.
 
@@ -172,20 +178,20 @@ class WorkerHeartbeat:
 # --- worker agent inputs ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskAssigned:
     stimulus_id: str
     placement: Placement
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskCancelled:
     stimulus_id: str
     attempt_id: str
     reason: Reason
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskRunEnded:
     """The shell's runner finished holding (or burning) the task's resources."""
 

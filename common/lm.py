@@ -47,6 +47,10 @@ from common.story import TransitionLog
 # ends the LM itself decides on: its worker must be told to stop the attempt
 _STOPPED_BY_LM = frozenset({Reason.PREEMPTED, Reason.CANCELLED})
 
+# the log line of each end (`task_finished`...), made once: formatting an enum member is
+# slow, and every attempt ends
+_END_LINES = {why: f"task_{why}" for why in Reason}
+
 
 class LocalMaster:
     """One LM. Drive it with `handle(event, now)`; carry out the commands it returns.
@@ -288,7 +292,7 @@ class LocalMaster:
         worker = self.topology.workers[attempt.node_index]
         if why in _STOPPED_BY_LM:
             step.emit(StopOnWorker(worker, attempt_id, why))
-        step.emit(Log(f"task_{why}", self._fields(attempt.placement, runtime=runtime,
+        step.emit(Log(_END_LINES[why], self._fields(attempt.placement, runtime=runtime,
                                                   detail=detail)))
         if publish:
             event = self._task_event(attempt, why, runtime=runtime, detail=detail)
@@ -435,7 +439,7 @@ class LocalMaster:
                 up=self._shown_up(),
                 running=tuple(self._attempts.infos.values()),
                 changes=self.state.mark(),
-                attempts_by_gm={gm: tuple(ids) for gm, ids in self._attempts.ids_by_gm.items()},
+                attempts_by_gm=self._attempts.ids_of_gms(),
             )
         return self._snapshot_cache
 

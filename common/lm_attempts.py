@@ -107,6 +107,10 @@ class LMAttemptBook:
         self.running: dict[str, RunningAttempt] = {}
         self.infos: dict[str, RunningInfo] = {}
         self.ids_by_gm: dict[str, dict[str, None]] = {}
+        # `ids_by_gm` as snapshots carry it, kept per GM until that GM's attempts change:
+        # three in five of the lists a heartbeat carries are as in the LM's last one, and
+        # copying them all anew was 2% of a 10,000-node run (benchmarks/bench_sim.py)
+        self._id_tuples: dict[str, tuple[str, ...]] = {}
         # how recent attempts ended: an id seen before is never run again, in flat memory
         self.ended: OrderedDict[str, AttemptState] = OrderedDict()
         self._ended_memory = ended_memory
@@ -118,6 +122,7 @@ class LMAttemptBook:
         self.running[attempt_id] = attempt
         info = self.infos[attempt_id] = attempt.info()
         self.ids_by_gm.setdefault(info.gm, {})[attempt_id] = None
+        self._id_tuples.pop(info.gm, None)
 
     def start(self, step: Step, attempt: RunningAttempt) -> None:
         """Its worker reported the start."""
@@ -133,11 +138,23 @@ class LMAttemptBook:
         del self.running[attempt_id]
         info = self.infos.pop(attempt_id)
         del self.ids_by_gm[info.gm][attempt_id]
+        self._id_tuples.pop(info.gm, None)
         attempt.state = new
         self.ended[attempt_id] = new
         if len(self.ended) > self._ended_memory:
             self.ended.popitem(last=False)
         return attempt
+
+    def ids_of_gms(self) -> dict[str, tuple[str, ...]]:
+        """The live attempts' ids by GM, as a snapshot carries them."""
+        cached = self._id_tuples
+        by_gm = {}
+        for gm, ids in self.ids_by_gm.items():
+            known = cached.get(gm)
+            if known is None:
+                known = cached[gm] = tuple(ids)
+            by_gm[gm] = known
+        return by_gm
 
     def _transition(self, step: Step, attempt_id: str, old: AttemptState, new: AttemptState,
                     detail: str = "") -> None:

@@ -45,7 +45,7 @@ class LaunchResult:
         return self.reason in LAUNCH_OK
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen either: two per task, see above
 class TaskEvent:
     """What an LM tells the owning GM about an attempt: started, finished, preempted, lost."""
 

@@ -58,9 +58,19 @@ ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
 @dataclass(slots=True)
 class _NodeState:
     spec: NodeSpec
-    free: Resources
+    # free resources as two numbers, not a `Resources`: a frozen pair made anew at every
+    # start and end of a task was a twentieth of the worker's cost in a 10,000-node run
+    free_cpu: int
+    free_mem: int
     running: dict[str, Placement]
     queue: LocalQueue
+
+    @property
+    def free(self) -> Resources:
+        return Resources(self.free_cpu, self.free_mem)
+
+    def fits(self, demand: Resources) -> bool:
+        return demand.cpu_m <= self.free_cpu and demand.mem_mib <= self.free_mem
 
 
 @dataclass(slots=True)
@@ -101,7 +111,8 @@ class WorkerAgent:
                 raise InvalidInput(
                     f"nodes[{index}].worker", f"{node.worker!r} is not this worker {worker_id!r}"
                 )
-            self._nodes[node.node_id] = _NodeState(node, node.capacity, {}, queue_class())
+            self._nodes[node.node_id] = _NodeState(node, node.capacity.cpu_m,
+                                                   node.capacity.mem_mib, {}, queue_class())
         self._live: dict[str, _LiveAttempt] = {}
         # terminal states of recent attempts: refuses late duplicates with flat memory
         self._ended: OrderedDict[str, AttemptState] = OrderedDict()
@@ -161,7 +172,7 @@ class WorkerAgent:
         placement = event.placement
         known = self.state_of(placement.attempt_id)
         if known is not None:
-            fields = self._fields(placement) | {"state": str(known)}
+            fields = self._fields(placement, state=str(known))
             step.emit(Log("worker_duplicate_assignment", fields))
             return
         node = self._nodes.get(placement.node_id)
@@ -176,7 +187,7 @@ class WorkerAgent:
             return
         if not demand.fits_in(node.spec.capacity):
             self._refuse(step, placement, "demand exceeds node capacity")
-        elif demand.fits_in(node.free):
+        elif node.fits(demand):
             # Work conservation keeps every queued task of this node unable to fit its free
             # resources, so none of higher order could start before this one if it fits now.
             self._start(step, node, placement, AttemptState.NEW)
@@ -195,7 +206,7 @@ class WorkerAgent:
         node = self._nodes[placement.node_id]
         self._release(step, node, placement, AttemptState.FINISHED)
         step.emit(ReportToLM(Reason.FINISHED, placement.attempt_id, runtime=event.runtime))
-        step.emit(Log("task_finished", self._fields(placement) | {"runtime": event.runtime}))
+        step.emit(Log("task_finished", self._fields(placement, runtime=event.runtime)))
         self._start_queued(step, node)
 
     def _on_cancelled(self, event: TaskCancelled, step: Step) -> None:
@@ -207,7 +218,7 @@ class WorkerAgent:
         placement = live.placement
         node = self._nodes[placement.node_id]
         detail = str(event.reason)
-        fields = self._fields(placement) | {"reason": detail, "was": str(live.state)}
+        fields = self._fields(placement, reason=detail, was=str(live.state))
         report = ReportToLM(Reason.CANCELLED, attempt_id, detail=detail)
         if live.state is AttemptState.QUEUED:
             node.queue.remove(attempt_id)
@@ -242,15 +253,14 @@ class WorkerAgent:
         attempt_id = placement.attempt_id
         now = step.now
         self._transition(step, attempt_id, old, AttemptState.RUNNING)
-        node.free = node.free - placement.task.demand
+        demand = placement.task.demand
+        node.free_cpu -= demand.cpu_m
+        node.free_mem -= demand.mem_mib
         node.running[attempt_id] = placement
         self._live[attempt_id] = _LiveAttempt(placement, AttemptState.RUNNING, now)
-        fields = self._fields(placement) | {
-            "duration": placement.task.duration,
-            "queued_seconds": queued_seconds,
-            "priority": placement.priority,
-            "pilot": placement.pilot,
-        }
+        fields = self._fields(placement, duration=placement.task.duration,
+                             queued_seconds=queued_seconds, priority=placement.priority,
+                             pilot=placement.pilot)
         step.emit(RunTask(attempt_id, node.spec.node_id, duration=placement.task.duration))
         step.emit(ReportToLM(Reason.STARTED, attempt_id, at=now))
         step.emit(Log("task_started", fields))
@@ -262,23 +272,22 @@ class WorkerAgent:
         node.queue.push(placement, self._arrival_seq)
         self._queued_total += 1
         self._live[attempt_id] = _LiveAttempt(placement, AttemptState.QUEUED, step.now)
-        fields = self._fields(placement) | {
-            "queue_length": len(node.queue),
-            "priority": placement.priority,
-            "pilot": placement.pilot,
-        }
+        fields = self._fields(placement, queue_length=len(node.queue),
+                             priority=placement.priority, pilot=placement.pilot)
         step.emit(Log("task_queued", fields))
 
     def _start_queued(self, step: Step, node: _NodeState) -> None:
         """Start queued tasks that fit, in policy order; one that does not fit is skipped."""
         chosen: list[Placement] = []
-        free = node.free
+        free_cpu, free_mem = node.free_cpu, node.free_mem
         for placement in node.queue:
-            if free.cpu_m <= 0 or free.mem_mib <= 0:
+            if free_cpu <= 0 or free_mem <= 0:
                 break  # every demand is positive in both kinds: nothing more can fit
-            if placement.task.demand.fits_in(free):
+            demand = placement.task.demand
+            if demand.cpu_m <= free_cpu and demand.mem_mib <= free_mem:
                 chosen.append(placement)
-                free = free - placement.task.demand
+                free_cpu -= demand.cpu_m
+                free_mem -= demand.mem_mib
         for placement in chosen:
             node.queue.remove(placement.attempt_id)
             self._queued_total -= 1
@@ -289,14 +298,16 @@ class WorkerAgent:
         self, step: Step, node: _NodeState, placement: Placement, new: AttemptState
     ) -> None:
         del node.running[placement.attempt_id]
-        node.free = node.free + placement.task.demand
+        demand = placement.task.demand
+        node.free_cpu += demand.cpu_m
+        node.free_mem += demand.mem_mib
         self._end(step, placement.attempt_id, AttemptState.RUNNING, new)
 
     def _refuse(self, step: Step, placement: Placement, detail: str) -> None:
         attempt_id = placement.attempt_id
         self._end(step, attempt_id, AttemptState.NEW, AttemptState.FAILED, detail)
         step.emit(ReportToLM(Reason.FAILED, attempt_id, detail=detail))
-        step.emit(Log("task_failed", self._fields(placement) | {"detail": detail}))
+        step.emit(Log("task_failed", self._fields(placement, detail=detail)))
 
     def _end(
         self,
@@ -321,9 +332,11 @@ class WorkerAgent:
 
     # --- log fields -----------------------------------------------------------------------
 
-    def _fields(self, placement: Placement) -> dict:
+    def _fields(self, placement: Placement, **extra) -> dict:
+        """A line's fields about the placement, then `extra`: one dict, not a merge of two
+        (every task's lines come through here)."""
         node = self._nodes.get(placement.node_id)
-        return {
+        fields = {
             "attempt": placement.attempt_id,
             "task": placement.task.task_id,
             "job": placement.task.job_id,
@@ -333,6 +346,8 @@ class WorkerAgent:
             "gm": placement.gm,
             "user": placement.user,
         }
+        fields.update(extra)
+        return fields
 
     def _unknown_attempt_log(self, stimulus: str, attempt_id: str) -> Log:
         known = self._ended.get(attempt_id)
@@ -357,7 +372,7 @@ class WorkerAgent:
                 held = held + placement.task.demand
             if not held.fits_in(node.spec.capacity):
                 raise InvariantViolated(f"node {node_id}: running {held} > {node.spec.capacity}")
-            if node.free.cpu_m < 0 or node.free.mem_mib < 0:
+            if node.free_cpu < 0 or node.free_mem < 0:
                 raise InvariantViolated(f"node {node_id}: negative free {node.free}")
             if held + node.free != node.spec.capacity:
                 raise InvariantViolated(
@@ -381,7 +396,7 @@ class WorkerAgent:
     def _validate_queue(self, node: _NodeState) -> None:
         # work conservation: a queued task that fits now should have been started
         for placement in node.queue:
-            if placement.task.demand.fits_in(node.free):
+            if node.fits(placement.task.demand):
                 raise InvariantViolated(
                     f"node {node.spec.node_id}: queued {placement.attempt_id} fits {node.free}"
                 )

@@ -14,6 +14,8 @@ import gc
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -122,10 +124,40 @@ class _Bar:
             self.bar.stop()
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """CPython's cyclic garbage collector off for a whole run, its report included, and the
+    run's objects frozen after it instead of scanned.
+
+    The engine pauses the collector while stepping (simulator/engine.py). Switched back on
+    at the end of the stepping, its first passes would scan every object the run made, all
+    still in the youngest generation: 2-3 s after a 10,000-node run (benchmarks/bench_sim.py),
+    to free nothing (the run's objects are alive until its report is made). The next run
+    (experiments run several) unfreezes them and collects what is garbage by then.
+    """
+    if gc.get_freeze_count():
+        gc.unfreeze()
+        gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
 def simulate_once(args: argparse.Namespace, scheduler: str, federation: Federation,
                   where: str, log_path: Path | None, name: str | None = None) -> dict:
     """One run: the workload of `args` on `federation` under `scheduler`; prints a few lines
     and returns megha inspect's figures with the run's wall time, virtual time and steps."""
+    with _collector_paused():
+        return _simulate(args, scheduler, federation, where, log_path, name)
+
+
+def _simulate(args: argparse.Namespace, scheduler: str, federation: Federation,
+              where: str, log_path: Path | None, name: str | None) -> dict:
     workload = build_workload(args, federation, Path(str(where)), prefix="")
     jobs = job_specs(workload.jobs, SLOT if args.slots else None)
     delay = DelayModel.parse(args.delay)
@@ -182,10 +214,10 @@ def run(args: argparse.Namespace) -> int:
     check_slot_options(args)
     federation, where = cluster(args)
     path = None if args.no_log else (args.log or Path("sim-logs") / f"{args.scheduler}.log")
+    # The run's million-odd objects are garbage in cycles (through the cores' records):
+    # `simulate_once` leaves them frozen, so they go with the process instead of costing the
+    # collection at exit a second.
     result = simulate_once(args, args.scheduler, federation, str(where), path)
     if args.results is not None:
         args.results.write_text(json.dumps(result, indent=1))
-    # The run's million-odd objects are garbage in cycles (through the cores' records):
-    # frozen, they go with the process instead of costing the collection at exit a second.
-    gc.freeze()
     return 0

@@ -26,9 +26,14 @@ class SimLog:
             self._file = path.open("wb", buffering=1 << 20)
         self.events = 0
 
-    def emit(self, ts: float, svc: str, event: str, fields: dict | None = None) -> None:
+    def emit(self, ts: float, svc: str, event: str, fields: dict | None = None,
+             handle_s: float | None = None) -> None:
+        """One line; `handle_s` (the core's time on the event) goes last, as the services
+        write it."""
         record = {"ts": ts, "svc": svc, "event": event, **fields} if fields else {
             "ts": ts, "svc": svc, "event": event}
+        if handle_s is not None:
+            record["handle_s"] = handle_s
         self.events += 1
         self.analysis.feed(record)
         if self._file is not None:

@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
     ("bench_inspect.py", ["--events", "20000"],
      ["inspect_events_per_s", "inspect_peak_rss_mb"]),
     ("bench_sim.py", ["--nodes", "200", "--gms", "2", "--lms", "4", "--trace",
-                      str(ROOT / "deploy" / "workloads" / "YH_small.tr")],
-     ["sim_wall_s", "sim_command_wall_s", "sim_events_per_s", "sim_peak_rss_mb"]),
+                      str(ROOT / "deploy" / "workloads" / "YH_small.tr"),
+                      "--saturated-jobs", "20", "--growth", "10,40"],
+     ["sim_tasks_per_s_unsaturated", "sim_tasks_per_s_saturated",
+      "sim_saturated_over_unsaturated", "sim_cost_growth"]),
 ])
 def test_a_benchmark_prints_its_figures(script, args, names):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
