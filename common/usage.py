@@ -138,9 +138,7 @@ class UsageEstimate:
                     cpu[user] -= user_cpu
                     mem[user] -= user_mem
             sums = slot.usage()
-            for user, (user_cpu, user_mem) in sums.items():
-                cpu[user] = cpu.get(user, 0) + user_cpu
-                mem[user] = mem.get(user, 0) + user_mem
+            _add(cpu, mem, sums)
             summed[slot.lm] = (slot.running, sums)
             if slot.lm in self._by_lm:
                 self._stale_lms.add(slot.lm)
@@ -151,9 +149,7 @@ class UsageEstimate:
             self._adjust(lm)
         self._stale_lms.clear()
         for adjustment in self._adjusted.values():
-            for user, (user_cpu, user_mem) in adjustment.items():
-                cpu[user] = cpu.get(user, 0) + user_cpu
-                mem[user] = mem.get(user, 0) + user_mem
+            _add(cpu, mem, adjustment)
         total_cpu, total_mem = self.view.capacity
         return {user: (cpu[user] / total_cpu, mem[user] / total_mem) for user in cpu}
 
@@ -179,18 +175,14 @@ class UsageEstimate:
         cpu: dict[str, int] = {}
         mem: dict[str, int] = {}
         for slot in self.view.order:
-            for user, (user_cpu, user_mem) in slot.usage().items():
-                cpu[user] = cpu.get(user, 0) + user_cpu
-                mem[user] = mem.get(user, 0) + user_mem
+            _add(cpu, mem, slot.usage())
         for lm, at_lm in self._by_lm.items():
             adjustment: dict[str, list[int]] = {}
             slot = self.view.slots.get(lm)
             listed = slot.running_ids() if slot is not None else frozenset()
             for pending in at_lm.values():
                 _contribute(adjustment, pending, listed, 1)
-            for user, (user_cpu, user_mem) in adjustment.items():
-                cpu[user] = cpu.get(user, 0) + user_cpu
-                mem[user] = mem.get(user, 0) + user_mem
+            _add(cpu, mem, adjustment)
         total_cpu, total_mem = self.view.capacity
         for user in set(cpu) | set(kept):
             fresh = (cpu.get(user, 0) / total_cpu, mem.get(user, 0) / total_mem)
@@ -201,6 +193,13 @@ class UsageEstimate:
         if claimed != self.claimed:
             raise InvariantViolated(f"{gm}: {len(self.claimed)} victims claimed, "
                                     f"{len(claimed)} named by preemptions in flight")
+
+
+def _add(cpu: dict[str, int], mem: dict[str, int], sums: dict[str, list[int]]) -> None:
+    """Add cpu and memory per queue into the running totals."""
+    for user, (user_cpu, user_mem) in sums.items():
+        cpu[user] = cpu.get(user, 0) + user_cpu
+        mem[user] = mem.get(user, 0) + user_mem
 
 
 def _contribute(adjustment: dict[str, list[int]], pending: PendingPreemption,
