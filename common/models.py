@@ -46,6 +46,7 @@ class JobSpec:
     arrival: float
     weight: float = 1.0
     estimated_task_duration: float | None = None  # a trace's own estimate (field 3), if any
+    name: str | None = None  # a recurring job's template: runs of one job share it (history)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
 
