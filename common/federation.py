@@ -30,14 +30,23 @@ Shape of the file (every key is optional unless marked required)::
     lm_task_event_outbox = 20000   # an LM refuses new work while this many events wait
 
     [policies]
-    job = "fifo"                   # or "slearn"
+    job = "fifo"                   # or slearn, las, 3sigma, 3sigma-tl, point-est, oracle
     fairness = "fair_share"        # or "none"
     placement = "first_fit"        # or "best_fit"
     local_queue = "srpt"           # or "fifo"
     work_conserving = true
+    [policies.queues]              # the priority queues of every job policy but fifo
+    levels = 10
+    first_limit = 1000.0
+    growth = 10.0
+    weight_decay = 10.0
     [policies.slearn]
-    sampling_ratio = 0.03
+    sampling_ratio = "adaptive"    # or a fraction, e.g. 0.03
     thin_threshold = 3
+    score_window = 100
+    [policies.history]             # 3sigma, 3sigma-tl, point-est
+    history_window = 20
+    min_history = 2
 
     [[queues]]                     # required, at least one per GM
     name = "q1"
@@ -78,6 +87,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 import random
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -203,7 +213,17 @@ def _no_repeats(constraints: list[int]) -> list[int]:
     return constraints
 
 
+def _sampling_ratio(value: object) -> float | str:
+    if value == "adaptive":
+        return value
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not (math.isfinite(value) and 0 < value <= 1)):
+        raise _refused(f'must be a fraction in (0, 1] or "adaptive", got {value!r}')
+    return float(value)
+
+
 Identifier = Annotated[str, AfterValidator(_identifier)]
+SamplingRatio = Annotated[Any, AfterValidator(_sampling_ratio)]
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 AtLeastOne = Annotated[int, Field(ge=1)]
 JobPolicyName = Annotated[str, AfterValidator(_one_of(JOB_POLICIES))]
@@ -256,10 +276,33 @@ class Timing(_Table):
         return self
 
 
+class QueueOptions(_Table):
+    """The priority-queue ladder of every size-aware job policy (common/policies/jobs/)."""
+
+    levels: Annotated[int, Field(ge=1, le=30)] = 10
+    first_limit: Seconds = 1000.0  # task-seconds: the bound of the top queue (10^6 ms)
+    growth: Annotated[float, Field(gt=1, allow_inf_nan=False)] = 10.0  # bound to next bound
+    weight_decay: Annotated[float, Field(gt=1, allow_inf_nan=False)] = 10.0  # weight to next
+
+
 class SLearnOptions(_Table):
-    # the fraction of a wide job's tasks run first as pilots
-    sampling_ratio: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.03
+    # the fraction of a wide job's tasks run first as pilots, or "adaptive" (learnt online)
+    sampling_ratio: SamplingRatio = "adaptive"
     thin_threshold: AtLeastOne = 3  # jobs with fewer tasks skip sampling
+    score_window: AtLeastOne = 100  # adaptive: jobs per ratio its score is the mean over
+
+
+class HistoryOptions(_Table):
+    # 3sigma, point-est: finished jobs kept per feature value, and needed before predicting
+    history_window: AtLeastOne = 20
+    min_history: AtLeastOne = 2
+
+    @model_validator(mode="after")
+    def _fits(self) -> HistoryOptions:
+        if self.min_history > self.history_window:
+            raise _refused(f"must be at most history_window ({self.history_window}), got "
+                           f"{self.min_history}", key="min_history")
+        return self
 
 
 class Policies(_Table):
@@ -270,13 +313,18 @@ class Policies(_Table):
     placement: PlacementPolicyName = "first_fit"
     local_queue: LocalQueuePolicyName = "srpt"
     work_conserving: bool = True
+    queues: QueueOptions = Field(default_factory=QueueOptions)
     slearn: SLearnOptions = Field(default_factory=SLearnOptions)
+    history: HistoryOptions = Field(default_factory=HistoryOptions)
 
     def job_options(self) -> dict[str, Any]:
-        """The options of the chosen job policy: its table, named after it ([policies.slearn]
-        for slearn); a policy without one (fifo) gets none, its constructor takes none."""
-        table = {"slearn": self.slearn}.get(self.job)
-        return {} if table is None else table.model_dump()
+        """The options of the chosen job policy: the fields of the tables it reads
+        ([policies.queues] for every size-aware policy, [policies.slearn], ...); fifo
+        reads none."""
+        options: dict[str, Any] = {}
+        for table in JOB_POLICIES.get(self.job).tables:
+            options |= getattr(self, table).model_dump()
+        return options
 
 
 class Limits(_Table):

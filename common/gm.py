@@ -43,6 +43,7 @@ from common.gm_queries import EndedJobs, job_status
 from common.gm_records import (
     ENDED_JOB_STATES,
     ENDED_TASK_STATES,
+    ACTIVE_STATES,
     LAUNCHED_STATES,
     WAITING_STATES,
     JobRecord,
@@ -61,6 +62,7 @@ from common.pending import Backlog
 from common.placer import Match, Placer
 from common.policies.fairness import FAIRNESS_POLICIES
 from common.policies.job import JOB_POLICIES, JobProgress
+from common.policies.jobs.ladder import THIN_LIMIT
 from common.policies.placement import PLACEMENT_POLICIES
 from common.reasons import Reason
 from common.step import Step
@@ -136,10 +138,13 @@ class GlobalMaster:
         self.check_job(job)
         self._job_seq += 1
         progress = JobProgress(len(job.tasks), self._job_seq, job.arrival,
-                               job.estimated_task_duration)
+                               job.estimated_task_duration, user=job.user, name=job.name,
+                               true_work=sum(task.duration for task in job.tasks),
+                               admitted_at=step.now)
         record = JobRecord(job, progress)
         self.policy.admit(progress, self.rng)
         record.key = self.policy.order_key(progress)
+        record.level = progress.level
         for task in record.add_tasks():
             self.view.expect_demand(task.spec.demand.cpu_m, task.spec.demand.mem_mib)
             self._tasks[task.spec.task_id] = task
@@ -149,9 +154,13 @@ class GlobalMaster:
         self.jobs[job.job_id] = record
         self.log.record(step.now, step.stimulus_id, job.job_id, "new", "pending",
                         f"{len(job.tasks)} tasks, user {job.user}")
-        step.emit(Log("job_arrived", {"job": job.job_id, "user": job.user, "gm": self.gm,
-                                      "tasks": len(job.tasks), "arrival": job.arrival,
-                                      "pilots": len(progress.pilots)}))
+        arrived = {"job": job.job_id, "user": job.user, "gm": self.gm, "tasks": len(job.tasks),
+                   "arrival": job.arrival, "pilots": len(progress.pilots)}
+        if progress.sampling_ratio is not None:
+            arrived["sampling_ratio"] = progress.sampling_ratio
+        step.emit(Log("job_arrived", arrived))
+        if progress.estimate is not None:
+            self._log_estimate(record, step)
         if self._attempts.has_orphans:
             for task in list(record.pending) + list(record.held):
                 self._adopt_orphan(task, step)
@@ -172,7 +181,7 @@ class GlobalMaster:
             self._backlog.remove(task)
         task.runtime = runtime
         self._move(task, TaskState.DONE, Reason.FINISHED, step, "recovered")
-        job.progress.done += 1
+        job.progress.finish(runtime)
         if self.policy.task_finished(job.progress, task.index, runtime):
             self._release_held(job, step)
         if job.state is JobState.PENDING:
@@ -390,7 +399,7 @@ class GlobalMaster:
         task.lm, task.node = report.lm, report.node_id
         self._move(task, TaskState.DONE, Reason.FINISHED, step, report.attempt_id)
         self._attempts.forget(task)
-        job.progress.done += 1
+        job.progress.finish(report.runtime or 0.0)
         step.emit(Log("task_done", {
             "attempt": report.attempt_id, "task": task.spec.task_id, "job": job.spec.job_id,
             "user": job.spec.user, "gm": self.gm, "lm": report.lm, "node": report.node_id,
@@ -407,6 +416,10 @@ class GlobalMaster:
             self._backlog.refile(job)
 
     def _release_held(self, job: JobRecord, step: Step) -> None:
+        """The job's pilots are measured: its size is estimated, its held tasks pending."""
+        self._backlog.refile(job)  # into the queue of its estimate, before its tasks join
+        if job.progress.estimate is not None:
+            self._log_estimate(job, step)
         for held in self._backlog.release_held(job):
             self._move(held, TaskState.PENDING, Reason.NO_CAPACITY, step, "pilots measured")
             self._backlog.add(held)
@@ -433,6 +446,8 @@ class GlobalMaster:
         task.state, task.reason = new, reason
         if (old in WAITING_STATES) != (new in WAITING_STATES):
             self.waiting += 1 if new in WAITING_STATES else -1
+        if (old in ACTIVE_STATES) != (new in ACTIVE_STATES):
+            self._backlog.occupy(task.job, 1 if new in ACTIVE_STATES else -1)
         if new in LAUNCHED_STATES:
             if old not in LAUNCHED_STATES:
                 self._attempts.list_launched(task)
@@ -463,13 +478,31 @@ class GlobalMaster:
         for task in job.tasks:
             self._tasks.pop(task.spec.task_id, None)
         event = "job_done" if job.state is JobState.DONE else "job_failed"
-        step.emit(Log(event, {"job": spec.job_id, "user": spec.user, "gm": self.gm,
-                              "tasks": len(job.tasks), "arrival": spec.arrival,
-                              "reason": job.reason}))
+        fields = {"job": spec.job_id, "user": spec.user, "gm": self.gm,
+                  "tasks": len(job.tasks), "arrival": spec.arrival, "reason": job.reason}
+        ladder = self.policy.ladder
+        if ladder is not None:
+            progress = job.progress
+            if job.state is JobState.DONE:
+                self.policy.job_finished(progress, step.now)
+            fields |= {"predictor": self.policy.name, "estimate": progress.estimate,
+                       "work": progress.attained, "level": job.level,
+                       "true_level": ladder.level_of(progress.attained),
+                       "thin": progress.num_tasks < (getattr(self.policy, "thin_threshold", None)
+                                                     or THIN_LIMIT),
+                       "sampling_ratio": progress.sampling_ratio}
+        step.emit(Log(event, fields))
         step.emit(JobEnded(spec.job_id, spec.user, str(job.state), job.reason))
         forgotten = self._ended.append(spec.job_id)
         if forgotten is not None:
             self.jobs.pop(forgotten, None)
+
+    def _log_estimate(self, job: JobRecord, step: Step) -> None:
+        progress = job.progress
+        step.emit(Log("job_estimated", {
+            "job": job.spec.job_id, "user": job.spec.user, "gm": self.gm,
+            "predictor": self.policy.name, "estimate": progress.estimate, "level": job.level,
+            "sampling_ratio": progress.sampling_ratio, "pilots": len(progress.pilots)}))
 
     def _adopt_orphan(self, task: TaskRecord, step: Step) -> None:
         """An attempt of this GM's earlier incarnation still runs the task: take it back."""
@@ -526,6 +559,7 @@ class GlobalMaster:
                 waiting += task.state in WAITING_STATES
         self._attempts.validate_lists()
         self._backlog.validate_index(self.gm)
+        self._backlog.validate_shares(self.gm, self.jobs.values())
         self.placer.estimate.validate(self.gm)
         if waiting != self.waiting:
             raise InvariantViolated(f"{self.gm}: counts {self.waiting} waiting tasks, "

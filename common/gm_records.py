@@ -18,6 +18,8 @@ from common.policies.job import JobProgress
 from common.reasons import Reason
 
 LAUNCHED_STATES = frozenset({TaskState.LAUNCHED, TaskState.RUNNING})  # an LM holds an attempt
+# placed or about to be: what a priority queue's share of resources counts (policies/jobs)
+ACTIVE_STATES = frozenset({TaskState.PLACING, *LAUNCHED_STATES})
 WAITING_STATES = frozenset({TaskState.PENDING, TaskState.HELD})  # the backlog a GM bounds
 ENDED_TASK_STATES = frozenset({TaskState.DONE, TaskState.FAILED})
 ENDED_JOB_STATES = frozenset({JobState.DONE, JobState.FAILED})
@@ -60,6 +62,8 @@ class JobRecord:
     held: JobQueue = field(default_factory=JobQueue)  # waiting for its pilots
     state: JobState = JobState.PENDING
     key: tuple = ()  # the job policy's order key, as filed in the pending index
+    level: int = 0  # the priority queue it is filed in (`progress.level` once refiled)
+    active: int = 0  # its tasks placing, launched or running
     reason: str = ""  # why it failed
     finished_at: float | None = None
 

@@ -23,7 +23,7 @@ a user's jobs whenever one node freed up; the pass took more than half of the ru
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from heapq import heapify, heappop, heapreplace
 
 from sortedcontainers import SortedList
@@ -34,6 +34,7 @@ from common.gm_records import JobRecord, TaskRecord
 from common.job_queue import JobQueue
 from common.lifecycle import TaskState
 from common.policies.job import JobPolicy
+from common.policies.jobs.ladder import LevelShares
 from common.reasons import Reason
 from common.view import FederationView
 
@@ -98,6 +99,19 @@ class WaitingIndex:
             jobs.remove(old)
             jobs.add(new)
 
+    def move(self, job: JobRecord, other: WaitingIndex) -> None:
+        """File `job` in `other` instead (it changed priority queue), under the same key."""
+        entry, user = self.key_of(job), job.spec.user
+        for shape in self.queue_of(job).groups:
+            self._unfile((user, shape), entry)
+            other._file(job, (user, shape), entry)
+
+    def files(self, job: JobRecord) -> bool:
+        """Whether `job` is filed here under some demand (for checks)."""
+        entry, user = self.key_of(job), job.spec.user
+        return any(entry in self.jobs_by_demand.get((user, shape), ())
+                   for shape in self.queue_of(job).groups)
+
     def wake(self, demands: list[Demand]) -> None:
         for demand in demands:
             if demand in self.jobs_by_demand:
@@ -109,6 +123,13 @@ class WaitingIndex:
         """Try the waiting tasks of ready demands, job by job in order and in queue order
         within a job. `try_place` returns False when the task found no node, and the GM has
         then blocked its demand (`Backlog.block`), which takes it out of `ready`."""
+        for _ in self.placing(jobs, try_place):
+            pass
+
+    def placing(self, jobs: dict[str, JobRecord],
+                try_place: Callable[[TaskRecord], bool]) -> Iterator[None]:
+        """`place`, one placed task at a time: the pass of a policy with priority queues
+        interleaves the queues' indexes by weight (`Backlog._place_levels`)."""
         ready, by_demand = self.ready, self.jobs_by_demand
         if not ready:
             return
@@ -117,25 +138,27 @@ class WaitingIndex:
         heapify(cursors)
         visited: set[str] = set()
         closed: list[tuple[Demand, tuple]] = []  # groups emptied: unfiled after the merge
-        while cursors:
-            entry, n, demand, i = cursors[0]
-            if demand not in ready:  # blocked by a task of an earlier job in this pass
-                heappop(cursors)
-                continue
-            job_id = entry[1]
-            if job_id not in visited:
-                visited.add(job_id)
-                self._place_job(jobs[job_id], entry, try_place, closed)
-            listed = by_demand[demand]
-            if i + 1 < len(listed):
-                heapreplace(cursors, (listed[i + 1], n, demand, i + 1))
-            else:
-                heappop(cursors)
-        for demand, entry in closed:
-            self._unfile(demand, entry)
+        try:
+            while cursors:
+                entry, n, demand, i = cursors[0]
+                if demand not in ready:  # blocked by a task of an earlier job in this pass
+                    heappop(cursors)
+                    continue
+                job_id = entry[1]
+                if job_id not in visited:
+                    visited.add(job_id)
+                    yield from self._place_job(jobs[job_id], entry, try_place, closed)
+                listed = by_demand[demand]
+                if i + 1 < len(listed):
+                    heapreplace(cursors, (listed[i + 1], n, demand, i + 1))
+                else:
+                    heappop(cursors)
+        finally:
+            for demand, entry in closed:
+                self._unfile(demand, entry)
 
     def _place_job(self, job: JobRecord, entry: tuple, try_place: Callable[[TaskRecord], bool],
-                   closed: list[tuple[Demand, tuple]]) -> None:
+                   closed: list[tuple[Demand, tuple]]) -> Iterator[None]:
         queue, ready, user = self.queue_of(job), self.ready, job.spec.user
         heads = [(group[0].seq, shape) for shape, group in queue.groups.items()
                  if (user, shape) in ready]
@@ -145,7 +168,9 @@ class WaitingIndex:
             while try_place(group[0]):
                 if queue.pop_first(shape):
                     closed.append(((user, shape), entry))
+                    yield
                     return
+                yield
             return
         heapify(heads)
         while heads:
@@ -153,11 +178,13 @@ class WaitingIndex:
             group = queue.groups[shape]
             if not try_place(group[0]):
                 heappop(heads)  # blocked now: the rest of this group stays
-            elif queue.pop_first(shape):
+                continue
+            if queue.pop_first(shape):
                 closed.append(((user, shape), entry))
                 heappop(heads)
             else:
                 heapreplace(heads, (group[0].seq, shape))
+            yield
 
     # -- checks -----------------------------------------------------------------------------------
 
@@ -192,32 +219,49 @@ class WaitingIndex:
 
 
 class Backlog:
-    """The GM's waiting tasks: pending and held, and the memo of demands that fit nowhere."""
+    """The GM's waiting tasks: pending (one index per priority queue of the job policy, one
+    when it has none) and held, and the memo of demands that fit nowhere."""
 
     def __init__(self, policy: JobPolicy) -> None:
         self.policy = policy
         self.blocked = BlockedDemands()
-        self.pending = WaitingIndex("pending", self.blocked,
-                                    lambda job: (job.key, job.spec.job_id))
+        ladder = policy.ladder
+        if ladder is None:  # one queue, in the policy's order
+            self.levels = [WaitingIndex("pending", self.blocked,
+                                        lambda job: (job.key, job.spec.job_id))]
+            self.shares = None
+        else:  # a queue per level, each in arrival order, shared by weight
+            self.levels = [WaitingIndex("pending", self.blocked,
+                                        lambda job: (job.progress.seq, job.spec.job_id))
+                           for _ in range(ladder.levels)]
+            self.shares = LevelShares(ladder)
         self.held = WaitingIndex("held", self.blocked,
                                  lambda job: (job.progress.seq, job.spec.job_id))
 
     def __bool__(self) -> bool:
-        return bool(self.pending.jobs_by_demand or self.held.jobs_by_demand)
+        return bool(self.held.jobs_by_demand) or any(
+            index.jobs_by_demand for index in self.levels)
 
     def ready(self, work_conserving: bool) -> bool:
         """Whether a pass may place something."""
-        return bool(self.pending.ready or (work_conserving and self.held.ready))
+        return any(index.ready for index in self.levels) or bool(
+            work_conserving and self.held.ready)
+
+    def _pending(self, job: JobRecord) -> WaitingIndex:
+        return self.levels[job.level]
 
     # -- tasks in and out ---------------------------------------------------------------------
 
     def add(self, task: TaskRecord) -> None:
         """A new task of a job (held or pending, as the job policy chose)."""
-        (self.held if task.state is TaskState.HELD else self.pending).push(task)
+        if task.state is TaskState.HELD:
+            self.held.push(task)
+        else:
+            self._pending(task.job).push(task)
 
     def requeue(self, task: TaskRecord) -> None:
         """A task back from an attempt: first of its job's pending tasks."""
-        self.pending.push(task, front=True)
+        self._pending(task.job).push(task, front=True)
 
     def release_held(self, job: JobRecord) -> list[TaskRecord]:
         """The job's held tasks, now to be placed: they leave the held queue (the caller
@@ -226,29 +270,49 @@ class Backlog:
 
     def remove(self, task: TaskRecord) -> None:
         """A waiting task stops waiting without being placed (it finished, or was adopted)."""
-        (self.held if task.state is TaskState.HELD else self.pending).remove(task)
+        if task.state is TaskState.HELD:
+            self.held.remove(task)
+        else:
+            self._pending(task.job).remove(task)
 
     def drop(self, job: JobRecord) -> None:
         """The job ended: nothing of it waits any more."""
-        self.pending.drop(job)
+        self._pending(job).drop(job)
         self.held.drop(job)
 
     def refile(self, job: JobRecord) -> None:
-        """A task of the job ended: the job policy's key for it may have changed."""
-        def update() -> None:
-            job.key = self.policy.order_key(job.progress)
-        self.pending.rekey(job, update)
+        """A task of the job ended or its size became known: the job policy's key or level
+        for it may have changed."""
+        if self.shares is None:
+            def update() -> None:
+                job.key = self.policy.order_key(job.progress)
+            self.levels[0].rekey(job, update)
+            return
+        old, new = job.level, job.progress.level
+        if new == old:
+            return
+        self.levels[old].move(job, self.levels[new])
+        self.shares.move(old, new, job.active)
+        job.level = new
+
+    def occupy(self, job: JobRecord, tasks: int) -> None:
+        """`tasks` of the job started (or, negative, stopped) holding resources."""
+        job.active += tasks
+        if self.shares is not None:
+            self.shares.occupy(job.level, tasks)
 
     # -- blocking and waking ------------------------------------------------------------------
 
     def block(self, demand: Demand, reason: Reason) -> None:
         self.blocked.block(demand, reason)
-        self.pending.ready.discard(demand)
+        for index in self.levels:
+            index.ready.discard(demand)
         self.held.ready.discard(demand)
 
     def wake(self, demands: list[Demand]) -> None:
         if demands:
-            self.pending.wake(demands)
+            for index in self.levels:
+                index.wake(demands)
             self.held.wake(demands)
 
     def wake_users(self, users: Iterable[str]) -> None:
@@ -275,14 +339,47 @@ class Backlog:
               try_place_held: Callable[[TaskRecord], bool] | None) -> None:
         """Pending tasks in policy order; then, for work conservation, held tasks may use
         what the pending ones could not."""
-        self.pending.place(jobs, try_place)
+        if self.shares is None:
+            self.levels[0].place(jobs, try_place)
+        else:
+            self._place_levels(jobs, try_place)
         if try_place_held is not None:
             self.held.place(jobs, try_place_held)
 
+    def _place_levels(self, jobs: dict[str, JobRecord],
+                      try_place: Callable[[TaskRecord], bool]) -> None:
+        """Each placement goes to the level furthest below its weighted share among those
+        with tasks still to try (`LevelShares.pick`); a level leaves the pass when nothing
+        more of it can be placed. The GM counts each placed task in its job's level
+        (`occupy`), so the shares move as the pass goes."""
+        streams = {level: index.placing(jobs, try_place)
+                   for level, index in enumerate(self.levels) if index.ready}
+        pick = self.shares.pick
+        while streams:
+            level = pick(streams) if len(streams) > 1 else next(iter(streams))
+            if next(streams[level], True):  # exhausted: nothing more of it fits now
+                del streams[level]
+
     def validate(self, gm: str, job: JobRecord) -> None:
-        self.pending.validate(gm, job, TaskState.PENDING)
+        self._pending(job).validate(gm, job, TaskState.PENDING)
         self.held.validate(gm, job, TaskState.HELD)
+        for level, index in enumerate(self.levels):
+            if level != job.level and index.files(job):
+                raise InvariantViolated(f"{gm}: job {job.spec.job_id} is filed in queue "
+                                        f"{level}, it is in {job.level}")
 
     def validate_index(self, gm: str) -> None:
-        self.pending.validate_index(gm)
+        for index in self.levels:
+            index.validate_index(gm)
         self.held.validate_index(gm)
+
+    def validate_shares(self, gm: str, jobs: Iterable[JobRecord]) -> None:
+        """The running tasks counted per level are those of the jobs in each level."""
+        if self.shares is None:
+            return
+        counted = [0] * len(self.levels)
+        for job in jobs:
+            counted[job.level] += job.active
+        if counted != self.shares.running:
+            raise InvariantViolated(f"{gm}: counts {self.shares.running} tasks running per "
+                                    f"queue, has {counted}")

@@ -1,31 +1,36 @@
-"""Job-ordering policies for the GM's pending queue, registered by name.
+"""Job policies: how a GM orders the jobs it owns, registered by name.
 
-A policy decides three things about a job: which of its tasks may run now (all, or only the
-pilots while the rest are held), the key the GM orders jobs by (lower first), and the
-priority a worker's SRPT queue orders its tasks by (the job's estimated remaining work).
+A job policy decides which of a job's tasks may run now (all, or only pilots while the rest
+are held), which *level* (priority queue) the job sits in, and the priority a worker's SRPT
+queue gives its tasks. The GM keeps one queue per level, serves a level's jobs in arrival
+order, and shares its resources across levels by weight (`jobs/ladder.py`); a policy without
+a ladder (`fifo`) has one queue ordered by `order_key`.
 
-- `fifo`: Megha's order, by arrival.
-- `slearn`: learning job size by task sampling (SLearn). Thin jobs (fewer than
-  `thin_threshold` tasks) go to the top, unsampled. A wider job first runs pilot tasks (a
-  `sampling_ratio` of its tasks, at least one, chosen at random) while the rest are held;
-  the mean measured pilot runtime times the task count is the job's estimated size, and the
-  job is then ordered by its estimated remaining work. Order keys are `(rank, work, seq)`:
-  rank 0 for thin jobs, 1 for jobs still sampling (the paper's sampling queue, second
-  highest: pilots are few, so running them early costs little and gets estimates sooner),
-  2 for estimated jobs, by remaining work.
+The policies (`jobs/predictors.py`) differ only in how they learn a job's size:
 
-`JOB_POLICIES.make(name, **options)` passes a policy its options: the keys of the file's table
-named after it (`[policies.slearn]`); a policy without a table (fifo) takes none.
+- `fifo`: Megha's order, by arrival; no levels.
+- `slearn`: runs a few pilot tasks of each wide job first, and places the job by their mean
+  runtime times its width; thin jobs go straight to the top (`jobs/sampling.py`: the ratio).
+- `las`: least attained service: every job starts at the top and moves down as the summed
+  runtime of its finished tasks crosses each level's bound.
+- `3sigma`, `point-est`: from the history of similar jobs (`jobs/history.py`); `3sigma-tl`
+  also sends thin jobs to the top as slearn does.
+- `oracle`: knows each job's true size.
+
+`JOB_POLICIES.make(name, **options)` passes a policy the fields of the federation file's
+tables it names in `tables` (`[policies.queues]`, `[policies.slearn]`, `[policies.history]`).
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from common.errors import InvalidInput
 from common.policies.registry import Registry
+
+if TYPE_CHECKING:
+    from common.policies.jobs.ladder import QueueLadder
 
 
 @dataclass(slots=True)
@@ -36,10 +41,19 @@ class JobProgress:
     seq: int  # arrival order at this GM
     arrival: float
     trace_estimate: float | None  # a trace's own per-task estimate, if it has one
+    user: str = ""
+    name: str | None = None  # a recurring job's template, if the workload names it
+    true_work: float = 0.0  # the sum of its tasks' stated durations: only the oracle reads it
+    admitted_at: float = 0.0  # the GM's clock when the job arrived
     done: int = 0
+    attained: float = 0.0  # the summed runtime of its finished tasks, task-seconds
+    longest: float = 0.0  # its longest finished task's runtime
     pilots: frozenset[int] = frozenset()  # task indices run first; the rest are held
     pilot_runtimes: list[float] = field(default_factory=list)
     estimated_task_duration: float | None = None
+    estimate: float | None = None  # estimated total work, task-seconds
+    sampling_ratio: float | None = None  # slearn: the share of its tasks run as pilots
+    level: int = 0  # its priority queue (0 the highest); the policy keeps it
 
     @property
     def remaining(self) -> int:
@@ -54,20 +68,34 @@ class JobProgress:
         per_task = self.estimated_task_duration or self.trace_estimate
         return None if per_task is None else per_task * self.remaining
 
+    def finish(self, runtime: float) -> None:
+        """One of its tasks finished after `runtime` seconds."""
+        self.done += 1
+        self.attained += runtime
+        if runtime > self.longest:
+            self.longest = runtime
+
 
 class JobPolicy(Protocol):
-    """Decides which of a job's tasks may run now and in what order jobs are placed."""
+    """Which of a job's tasks may run now, and in which queue and order jobs are placed."""
 
     name: str
+    ladder: QueueLadder | None  # its priority queues; None: one queue by `order_key`
+    tables: tuple[str, ...]  # the federation file's tables its options come from
 
     def admit(self, job: JobProgress, rng: random.Random) -> None:
-        """Called once at arrival: choose pilots (tasks not in `pilots` are held if any)."""
+        """Called once at arrival: choose pilots (tasks not in `pilots` are held if any),
+        and the job's level."""
 
     def task_finished(self, job: JobProgress, index: int, runtime: float) -> bool:
-        """Record a finished task; True when the job's held tasks become eligible."""
+        """Called after `job.finish(runtime)`; may change the job's level. True when the
+        job's held tasks become eligible."""
+
+    def job_finished(self, job: JobProgress, now: float) -> None:
+        """The job's last task finished at `now` (the policy may learn from it)."""
 
     def order_key(self, job: JobProgress) -> tuple:
-        """Lower keys are placed first."""
+        """Without a ladder, lower keys are placed first."""
 
     def worker_priority(self, job: JobProgress) -> float:
         """The SRPT key a worker's local queue sees for this job's tasks."""
@@ -78,56 +106,25 @@ JOB_POLICIES: Registry[type[JobPolicy]] = Registry("policies.job", argument="job
 
 @JOB_POLICIES.register("fifo")
 class FifoPolicy:
+    ladder = None
+    tables = ()
+
     def admit(self, job: JobProgress, rng: random.Random) -> None:
         job.pilots = frozenset()
 
     def task_finished(self, job: JobProgress, index: int, runtime: float) -> bool:
         return False
 
+    def job_finished(self, job: JobProgress, now: float) -> None:
+        pass
+
     def order_key(self, job: JobProgress) -> tuple:
-        return (0, 0.0, job.seq)
+        return (job.seq,)
 
     def worker_priority(self, job: JobProgress) -> float:
         work = job.estimated_remaining_work
         return job.arrival if work is None else work
 
 
-@JOB_POLICIES.register("slearn")
-class SLearnPolicy:
-    def __init__(self, sampling_ratio: float = 0.03, thin_threshold: int = 3) -> None:
-        if not 0 < sampling_ratio <= 1:
-            raise InvalidInput("sampling_ratio", f"must be in (0, 1], got {sampling_ratio}")
-        if thin_threshold < 1:
-            raise InvalidInput("thin_threshold", f"must be >= 1, got {thin_threshold}")
-        self.sampling_ratio = sampling_ratio
-        self.thin_threshold = thin_threshold
-
-    def admit(self, job: JobProgress, rng: random.Random) -> None:
-        if job.num_tasks < self.thin_threshold:
-            job.pilots = frozenset()
-            return
-        count = max(1, round(self.sampling_ratio * job.num_tasks))
-        job.pilots = frozenset(rng.sample(range(job.num_tasks), count))
-
-    def task_finished(self, job: JobProgress, index: int, runtime: float) -> bool:
-        if index not in job.pilots or job.estimated_task_duration is not None:
-            return False
-        job.pilot_runtimes.append(runtime)
-        if len(job.pilot_runtimes) < len(job.pilots):
-            return False
-        job.estimated_task_duration = sum(job.pilot_runtimes) / len(job.pilot_runtimes)
-        return True
-
-    def order_key(self, job: JobProgress) -> tuple:
-        if not job.pilots:
-            return (0, 0.0, job.seq)
-        if job.estimated_task_duration is None:
-            return (1, 0.0, job.seq)
-        return (2, job.estimated_task_duration * job.remaining, job.seq)
-
-    def worker_priority(self, job: JobProgress) -> float:
-        if job.sampling:
-            return 0.0  # pilots are also flagged; their jobs' size is unknown yet
-        work = job.estimated_remaining_work
-        return 0.0 if work is None else work
-
+# the size-learning policies register themselves on import
+from common.policies.jobs import predictors as _predictors  # noqa: E402,F401

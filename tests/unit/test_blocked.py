@@ -170,9 +170,9 @@ def test_a_pass_looks_only_at_demands_that_are_ready() -> None:
     fed.submit("gm-1", job("blue", 1, frozenset({BLUE})))
     fed.run_until_quiet()
     backlog = gm._backlog
-    assert not backlog.pending.ready  # every waiting demand is blocked after a pass
+    assert not backlog.levels[0].ready  # every waiting demand is blocked after a pass
     red = ("u1", (frozenset({RED}), NODE.cpu_m, NODE.mem_mib))
-    assert len(backlog.pending.jobs_by_demand[red]) == 30
+    assert len(backlog.levels[0].jobs_by_demand[red]) == 30
     tried = []
     try_place = gm._try_place
     gm._try_place = lambda task, *a, **k: tried.append(task.spec.task_id) or try_place(task, *a,

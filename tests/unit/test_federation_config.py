@@ -253,7 +253,8 @@ def test_defaults_fill_what_the_file_leaves_out() -> None:
     policies = federation.policies
     assert (policies.job, policies.fairness, policies.placement, policies.local_queue,
             policies.work_conserving) == ("fifo", "fair_share", "first_fit", "srpt", True)
-    assert (policies.slearn.sampling_ratio, policies.slearn.thin_threshold) == (0.03, 3)
+    assert (policies.slearn.sampling_ratio, policies.slearn.thin_threshold) == ("adaptive", 3)
+    assert (policies.queues.levels, policies.queues.first_limit) == (10, 1000.0)
 
 
 # -- mapping into the core's constructors -----------------------------------------------------
@@ -269,7 +270,10 @@ def test_gm_config_maps_policies_and_timing() -> None:
     config = federation.gm_config("g2", epoch=3)
     assert config.gm_id == "g2" and config.epoch == 3
     assert config.job_policy == "slearn"
-    assert config.job_policy_options == {"sampling_ratio": 0.05, "thin_threshold": 4}
+    assert config.job_policy_options == {"sampling_ratio": 0.05, "thin_threshold": 4,
+                                         "score_window": 100, "levels": 10,
+                                         "first_limit": 1000.0, "growth": 10.0,
+                                         "weight_decay": 10.0}
     assert config.fairness == "none"
     assert config.placement == "best_fit" and config.work_conserving is False
     assert (config.lm_timeout, config.attempt_grace) == (7.5, 2.5)
@@ -415,7 +419,7 @@ def test_a_federation_needs_a_queue_for_each_gm() -> None:
 
 
 def test_policy_errors_list_the_known_names() -> None:
-    cases = [('job = "lifo"', "fifo, slearn"), ('fairness = "drf"', "fair_share, none"),
+    cases = [('job = "lifo"', "3sigma, 3sigma-tl, fifo, las, oracle, point-est, slearn"), ('fairness = "drf"', "fair_share, none"),
              ('placement = "worst_fit"', "best_fit, first_fit"),
              ('local_queue = "lifo"', "fifo, srpt")]
     for line, known in cases:

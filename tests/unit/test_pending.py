@@ -102,7 +102,7 @@ def test_a_pass_tries_what_walking_every_task_would(jobs_spec, requeues, room, b
 
     backlog.place(jobs, try_place, None)
     assert tried == expected
-    assert not backlog.pending.ready  # what still waits is blocked
+    assert not backlog.levels[0].ready  # what still waits is blocked
     placed = {task.spec.task_id for task in all_tasks if task.state is TaskState.PLACING}
     for job in jobs.values():
         remaining = [t.spec.task_id for t in job.pending]

@@ -1,4 +1,5 @@
-"""Job policies (fifo, slearn) and fairness (Algorithm 2) as plain objects."""
+"""Job policies (fifo, slearn; the other predictors in test_job_predictors.py) and fairness
+(Algorithm 2) as plain objects."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from common.policies.fairness import (
     choose_victims,
     dominant_usage,
 )
-from common.policies.job import JOB_POLICIES, JobProgress, SLearnPolicy
+from common.policies.job import JOB_POLICIES, JobProgress
+from common.policies.jobs.predictors import SLearnPolicy
 
 
 def progress(tasks: int, seq: int = 1) -> JobProgress:
@@ -23,7 +25,7 @@ def progress(tasks: int, seq: int = 1) -> JobProgress:
 
 
 def test_unknown_policies_are_named_in_the_error() -> None:
-    with pytest.raises(InvalidInput, match="unknown policy 'lifo'.*fifo, slearn"):
+    with pytest.raises(InvalidInput, match="unknown policy 'lifo'.*fifo, las, oracle, point-est, slearn"):
         JOB_POLICIES.make("lifo")
     with pytest.raises(InvalidInput, match="fairness"):
         FAIRNESS_POLICIES.make("drf", queues=[])
@@ -39,22 +41,24 @@ def test_slearn_samples_three_percent_at_least_one_and_skips_thin_jobs() -> None
     assert policy.order_key(thin) < policy.order_key(wide)  # thin jobs go first
 
 
-def test_slearn_estimates_from_the_mean_pilot_runtime_then_orders_by_remaining_work() -> None:
+def test_slearn_estimates_from_the_mean_pilot_runtime_then_queues_by_estimated_work() -> None:
     policy = SLearnPolicy(sampling_ratio=0.1)
     short, long = progress(20, seq=1), progress(20, seq=2)
     for job in (short, long):
         policy.admit(job, random.Random(3))
-    sampling_key = policy.order_key(long)
-    runtimes = {"short": [1.0, 3.0], "long": [10.0, 30.0]}
+        assert job.level == 1  # the sampling queue, second highest
+    runtimes = {"short": [1.0, 3.0], "long": [100.0, 300.0]}
     for job, name in ((short, "short"), (long, "long")):
         pilots = sorted(job.pilots)
+        job.finish(runtimes[name][0])
         assert policy.task_finished(job, pilots[0], runtimes[name][0]) is False
+        job.finish(runtimes[name][1])
         assert policy.task_finished(job, pilots[1], runtimes[name][1]) is True  # released
-        job.done = 2
-    assert short.estimated_task_duration == 2.0 and long.estimated_task_duration == 20.0
+    assert short.estimated_task_duration == 2.0 and long.estimated_task_duration == 200.0
+    assert (short.estimate, long.estimate) == (40.0, 4000.0)  # mean pilot runtime x 20 tasks
     assert short.estimated_remaining_work == 2.0 * 18
+    assert (short.level, long.level) == (0, 1)  # below 1,000 task-seconds; below 10,000
     assert policy.order_key(short) < policy.order_key(long)
-    assert sampling_key < policy.order_key(short)  # sampling jobs rank above estimated ones
     assert policy.task_finished(short, 5, 100.0) is False  # non-pilots do not move it
 
 
