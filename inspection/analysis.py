@@ -25,6 +25,15 @@ and the allocation time S - A splits exactly into
 
 as in the Megha paper's section III. A task whose attempt lacks one of these events (a log
 cut short) still counts in the allocation figures, and in `breakdown.incomplete`.
+
+Job-size estimation (job policies with priority queues: slearn, las, 3sigma, ...): their
+`job_done` carries `predictor`, `estimate` (task-seconds, or null), `work` (the measured
+task-seconds), `level` and `true_level` (priority queue indices, 0 the highest) and `thin`;
+`job_arrived` carries slearn's `sampling_ratio`, and `job_estimated` is logged when an estimate
+becomes known. From these the `estimation` section (only when some job_done has a
+`predictor`): how far estimates are from the work (estimate / work), how often a wide job sat
+in its true queue, JCT by thin/wide x short/long (long: `true_level` >= 1), and the
+sampling ratios slearn chose. A log without these fields pays one dict lookup per job event.
 """
 
 from __future__ import annotations
@@ -42,6 +51,9 @@ SIZE_CLASSES = ((1, "1 task"), (10, "2-10 tasks"), (100, "11-100 tasks"),
 LM_ENDS = ("task_finished", "task_failed", "task_lost", "task_preempted", "task_cancelled")
 SERIES_POINTS = 200  # samples of the share-over-time series
 CDF_POINTS = 500  # quantiles kept of a distribution, for plots (the report has no raw values)
+ERROR_CDF_POINTS = 100  # quantiles kept of estimate / work
+RATIO_POINTS = 2000  # (time, sampling ratio) pairs kept at most
+JCT_BINS = ("thin_short", "thin_long", "wide_short", "wide_long")
 
 
 def size_class(tasks: int) -> str:
@@ -118,6 +130,17 @@ class _Job:
 
 
 @dataclass(slots=True)
+class _Estimated:
+    """What a job_done with a `predictor` says of the job's size and queue."""
+    predictor: str
+    estimate: float | None
+    work: float
+    level: int | None
+    true_level: int | None
+    thin: bool
+
+
+@dataclass(slots=True)
 class RunAnalysis:
     name: str
     jobs: dict[str, _Job] = field(default_factory=lambda: defaultdict(_Job))
@@ -128,6 +151,10 @@ class RunAnalysis:
     shares: dict[str, float] = field(default_factory=dict)
     policies: dict[str, str] = field(default_factory=dict)
     capacity: dict[str, int] = field(default_factory=dict)  # LM -> cpu_m
+    estimated: dict[str, _Estimated] = field(default_factory=dict)  # job -> its job_done's
+    first_estimates: dict[str, tuple[float, float | None, str]] = field(
+        default_factory=dict)  # job -> (ts, estimate, predictor) of its first job_estimated
+    sampling: dict[str, float] = field(default_factory=dict)  # job -> slearn's sampling ratio
 
     def feed(self, event: dict) -> None:
         handler = _HANDLERS.get(event["event"])
@@ -149,7 +176,7 @@ class RunAnalysis:
             "jct": self._jct(),
             "counts": self._counts(),
             "fairness": self._fairness(),
-        }
+        } | ({"estimation": self._estimation()} if self.estimated else {})
 
     def _first_starts(self) -> dict[str, _Attempt]:
         first: dict[str, _Attempt] = {}
@@ -245,6 +272,78 @@ class RunAnalysis:
         return result | {"mean_share": mean,
                          "series": {"t": (grid - start).round(3).tolist(), "users": series}}
 
+    def _estimation(self) -> dict:
+        predictors = Counter(done.predictor for done in self.estimated.values())
+        ratios, with_estimate, wide, right = [], 0, 0, 0
+        bins: dict[str, list[float]] = {name: [] for name in JCT_BINS}
+        for job_id, done in self.estimated.items():
+            estimate = done.estimate
+            if estimate is None and job_id in self.first_estimates:
+                estimate = self.first_estimates[job_id][1]
+            if estimate is not None:
+                with_estimate += 1
+                if estimate > 0 and done.work > 0:
+                    ratios.append(estimate / done.work)
+                if not done.thin and done.level is not None and done.true_level is not None:
+                    wide += 1
+                    right += done.level == done.true_level
+            job = self.jobs.get(job_id)
+            if (done.true_level is not None and job is not None and job.done is not None
+                    and job.arrival is not None and not job.failed):
+                name = ("thin" if done.thin else "wide") + (
+                    "_long" if done.true_level >= 1 else "_short")
+                bins[name].append(job.done - job.arrival)
+        delays = [ts - self.jobs[job_id].arrival
+                  for job_id, (ts, _, _) in self.first_estimates.items()
+                  if job_id in self.jobs and self.jobs[job_id].arrival is not None]
+        return {
+            "predictor": "+".join(sorted(predictors)),
+            "jobs_done": len(self.estimated),
+            "jobs": with_estimate,
+            "jobs_thin": sum(done.thin for done in self.estimated.values()),
+            "jobs_estimated": len(self.first_estimates),
+            "error": _error(ratios),
+            "correct_queue_share_wide": right / wide if wide else None,
+            "correct_queue_wide_jobs": wide,
+            "jct_by_bin": {name: _mean_p50(values) for name, values in bins.items()},
+            "estimation_delay": summary(delays),
+            **self._sampling_ratios(),
+        }
+
+    def _sampling_ratios(self) -> dict:
+        arrivals = [job.arrival for job in self.jobs.values() if job.arrival is not None]
+        start = min(arrivals, default=0.0)
+        points = sorted((self.jobs[job_id].arrival - start, ratio)
+                        for job_id, ratio in self.sampling.items()
+                        if self.jobs[job_id].arrival is not None)
+        if len(points) > RATIO_POINTS:  # evenly spaced in arrival order, first and last kept
+            keep = np.linspace(0, len(points) - 1, RATIO_POINTS).round().astype(int)
+            points = [points[i] for i in keep]
+        counts = Counter(self.sampling.values())
+        return {"sampling_ratio_over_time": [[round(t, 6), ratio] for t, ratio in points],
+                "sampling_ratio_counts": {repr(ratio): counts[ratio]
+                                          for ratio in sorted(counts)}}
+
+
+def _error(ratios: list[float]) -> dict:
+    """estimate / work: its p10, p50, p90, the mean of |log10| (0 for exact estimates, 1 for
+    estimates off by ten times either way) and a CDF to plot."""
+    if not ratios:
+        return {"count": 0}
+    array = np.asarray(ratios, dtype=float)
+    p10, p50, p90 = np.percentile(array, [10, 50, 90])
+    return {"count": int(array.size), "p10": float(p10), "p50": float(p50), "p90": float(p90),
+            "mean_abs_log10": float(np.abs(np.log10(array)).mean()),
+            "cdf": _cdf(array, ERROR_CDF_POINTS)}
+
+
+def _mean_p50(values: list[float]) -> dict:
+    if not values:
+        return {"count": 0}
+    array = np.asarray(values, dtype=float)
+    return {"count": int(array.size), "mean": float(array.mean()),
+            "p50": float(np.percentile(array, 50))}
+
 
 def _time_weighted_mean(times: np.ndarray, steps: np.ndarray, start: float,
                         end: float) -> float:
@@ -278,6 +377,9 @@ def _job_arrived(run: RunAnalysis, e: dict) -> None:
     job.arrival = arrival if job.arrival is None else min(job.arrival, arrival)
     job.user = e.get("user", job.user)
     job.tasks = int(e.get("tasks", job.tasks))
+    ratio = e.get("sampling_ratio")  # slearn's, on wide jobs (job_done repeats it)
+    if ratio is not None:
+        run.sampling[e["job"]] = float(ratio)
 
 
 def _job_ended(run: RunAnalysis, e: dict) -> None:
@@ -285,6 +387,28 @@ def _job_ended(run: RunAnalysis, e: dict) -> None:
     _job_arrived(run, e)  # job_done carries the arrival too: a log without job_arrived works
     job.done = e["ts"] if job.done is None else min(job.done, e["ts"])
     job.failed = e["event"] == "job_failed"
+
+
+def _job_done(run: RunAnalysis, e: dict) -> None:
+    _job_ended(run, e)
+    if "predictor" in e:  # a job policy with priority queues
+        estimate, level, true_level = e.get("estimate"), e.get("level"), e.get("true_level")
+        run.estimated[e["job"]] = _Estimated(
+            predictor=str(e["predictor"]),
+            estimate=None if estimate is None else float(estimate),
+            work=float(e["work"]),
+            level=None if level is None else int(level),
+            true_level=None if true_level is None else int(true_level),
+            thin=bool(e.get("thin", False)))
+
+
+def _job_estimated(run: RunAnalysis, e: dict) -> None:
+    estimate = e.get("estimate")
+    known = run.first_estimates.get(e["job"])
+    if known is None or e["ts"] < known[0]:
+        run.first_estimates[e["job"]] = (
+            float(e["ts"]), None if estimate is None else float(estimate),
+            str(e.get("predictor", "")))
 
 
 def _placed(run: RunAnalysis, e: dict) -> None:
@@ -358,7 +482,8 @@ def _lm_started(run: RunAnalysis, e: dict) -> None:
 
 _HANDLERS = {
     "job_arrived": _job_arrived,
-    "job_done": _job_ended,
+    "job_done": _job_done,
+    "job_estimated": _job_estimated,
     "job_failed": _job_ended,
     "task_placed": _placed,
     "task_launched": _launched,
