@@ -2,6 +2,12 @@
 
 The first run is the baseline (name it first: `megha inspect base=a/ new=b/`). A ratio below
 1 means the run's figure is smaller than the baseline's: for times, faster.
+
+When a run carries job-size estimation (its report has an `estimation` section), the table
+also gives each run's estimation error (p50 of estimate / work) and share of wide jobs in their
+true queue, and, if one run is the reference `slearn` (the run named so, else the one run
+whose predictor is slearn), each run's mean and p50 JCT divided by the reference's: above 1,
+slearn is the faster.
 """
 
 from __future__ import annotations
@@ -24,6 +30,18 @@ FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tasks lost", ("counts", "tasks_lost")),
 )
 
+REFERENCE = "slearn"
+# (label, path): the estimation figures, shown when some run has an estimation section
+ESTIMATION_FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("estimate/work p50", ("estimation", "error", "p50")),
+    ("correct queue share (wide jobs)", ("estimation", "correct_queue_share_wide")),
+)
+# (label, path): each run's figure divided by the reference run's (named after the label)
+TO_REFERENCE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("JCT mean", ("jct", "overall", "mean")),
+    ("JCT p50", ("jct", "overall", "p50")),
+)
+
 
 def _get(report: dict, path: tuple[str, ...]) -> float | None:
     value = report
@@ -34,14 +52,43 @@ def _get(report: dict, path: tuple[str, ...]) -> float | None:
     return value if isinstance(value, int | float) else None
 
 
+def _ratios(values: list, base) -> list[float | None]:
+    return [None if base in (None, 0) or value is None else value / base for value in values]
+
+
+def reference_run(reports: list[dict]) -> int | None:
+    """The index of the run the `/ slearn` rows divide by: the run named `slearn`, else the
+    only run whose predictor is slearn; None if there is none."""
+    names = [report["name"] for report in reports]
+    if REFERENCE in names:
+        return names.index(REFERENCE)
+    by_predictor = [i for i, report in enumerate(reports)
+                    if report.get("estimation", {}).get("predictor") == REFERENCE]
+    return by_predictor[0] if len(by_predictor) == 1 else None
+
+
 def compare(reports: list[dict]) -> dict:
     """{"runs": names, "rows": [{"figure", "values", "ratios"}]} (ratios to the first run;
-    None where the baseline is 0 or a figure is missing)."""
+    None where the baseline is 0 or a figure is missing). With estimation, also
+    "reference": the run the `/ slearn` rows divide by, or None; their `values` are the
+    ratios themselves (`"kind": "ratio"`) and their `ratios` are None (the label, as
+    `JCT mean / slearn`, names the reference run)."""
     rows = []
     for label, path in FIGURES:
         values = [_get(report, path) for report in reports]
-        base = values[0]
-        ratios = [None if base in (None, 0) or value is None else value / base
-                  for value in values]
-        rows.append({"figure": label, "values": values, "ratios": ratios})
-    return {"runs": [report["name"] for report in reports], "rows": rows}
+        rows.append({"figure": label, "values": values, "ratios": _ratios(values, values[0])})
+    result = {"runs": [report["name"] for report in reports], "rows": rows}
+    if not any("estimation" in report for report in reports):
+        return result
+    for label, path in ESTIMATION_FIGURES:
+        values = [_get(report, path) for report in reports]
+        rows.append({"figure": label, "values": values, "ratios": _ratios(values, values[0])})
+    reference = reference_run(reports)
+    result["reference"] = None if reference is None else reports[reference]["name"]
+    if reference is not None:
+        for label, path in TO_REFERENCE:
+            values = [_get(report, path) for report in reports]
+            rows.append({"figure": f"{label} / {result['reference']}",
+                         "values": _ratios(values, values[reference]),
+                         "ratios": [None] * len(reports), "kind": "ratio"})
+    return result

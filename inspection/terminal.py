@@ -32,6 +32,65 @@ def _stats_table(title: str, rows: dict[str, dict], unit: str) -> Table:
     return table
 
 
+def _ratio(value) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
+def estimation_lines(estimation: dict) -> list[str]:
+    """The estimation block's sentences (the terminal's and the HTML report's)."""
+    error = estimation["error"]
+    lines = [f"predictor {estimation['predictor']}: {estimation['jobs']} of "
+             f"{estimation['jobs_done']} done jobs with an estimate "
+             f"({estimation['jobs_thin']} thin)"]
+    if error["count"]:
+        lines.append(f"estimate / work over {error['count']} jobs: p10 {_ratio(error['p10'])}, "
+                     f"p50 {_ratio(error['p50'])}, p90 {_ratio(error['p90'])}; mean "
+                     f"|log10| {error['mean_abs_log10']:.3f}")
+    share = estimation["correct_queue_share_wide"]
+    if share is not None:
+        lines.append(f"wide jobs in their true queue: {share:.1%} of "
+                     f"{estimation['correct_queue_wide_jobs']}")
+    delay = estimation["estimation_delay"]
+    if delay.get("count"):
+        lines.append(f"estimate known after arrival: mean {delay['mean']:.2f} s, p50 "
+                     f"{delay['p50']:.2f} s, p90 {delay['p90']:.2f} s ({delay['count']} jobs)")
+    if estimation["sampling_ratio_counts"]:
+        lines.append("sampling ratios (jobs): " + ", ".join(
+            f"{ratio} ({count})" for ratio, count in estimation["sampling_ratio_counts"].items()))
+    return lines
+
+
+def jct_bin_rows(estimation: dict) -> list[list[str]]:
+    """The 2x2 JCT table's rows: thin, wide; by short (true level 0) and long (>= 1): jobs,
+    mean (s), p50 (s)."""
+    rows = []
+    for width in ("thin", "wide"):
+        row = [width]
+        for length in ("short", "long"):
+            cell = estimation["jct_by_bin"][f"{width}_{length}"]
+            row += [str(cell["count"]), _s(cell.get("mean")), _s(cell.get("p50"))]
+        rows.append(row)
+    return rows
+
+
+JCT_BIN_HEADER = ["width", "short: jobs", "short: mean (s)", "short: p50 (s)", "long: jobs",
+                  "long: mean (s)", "long: p50 (s)"]
+JCT_BIN_CAPTION = ("JCT by width and true size (long: true queue index >= 1, short: 0; thin: "
+                   "fewer tasks than the thin limit)")
+
+
+def render_estimation(console: Console, estimation: dict) -> None:
+    console.print("[bold]Estimation[/bold]")
+    for line in estimation_lines(estimation):
+        console.print(f"  {line}", highlight=False)
+    table = Table(title=JCT_BIN_CAPTION, title_justify="left")
+    for column in JCT_BIN_HEADER:
+        table.add_column(column, justify="left" if column == "width" else "right")
+    for row in jct_bin_rows(estimation):
+        table.add_row(*row)
+    console.print(table)
+
+
 def render_run(console: Console, run: dict, read: dict) -> None:
     policies = ", ".join(f"{k} {v}" for k, v in run["policies"].items()) or "not logged"
     console.rule(f"[bold]{run['name']}[/bold]")
@@ -89,6 +148,19 @@ def render_run(console: Console, run: dict, read: dict) -> None:
             table.add_row(user, "" if configured is None else f"{configured:.0%}",
                           f"{share:.1%}")
         console.print(table)
+    if "estimation" in run:
+        render_estimation(console, run["estimation"])
+
+
+def comparison_cells(row: dict) -> list[str]:
+    """A comparison row's cells after its label: the values, then the ratios to the first run
+    (the terminal's and the HTML report's)."""
+    if row.get("kind") == "ratio":
+        values = ["" if v is None else f"{v:.2f}x" for v in row["values"]]
+    else:
+        values = ["" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+                  for v in row["values"]]
+    return values + ["" if r is None else f"{r:.2f}x" for r in row["ratios"][1:]]
 
 
 def render_comparison(console: Console, comparison: dict) -> None:
@@ -100,8 +172,9 @@ def render_comparison(console: Console, comparison: dict) -> None:
     for name in runs[1:]:
         table.add_column(f"{name} / {runs[0]}", justify="right")
     for row in comparison["rows"]:
-        values = ["" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
-                  for v in row["values"]]
-        ratios = ["" if r is None else f"{r:.2f}x" for r in row["ratios"][1:]]
-        table.add_row(row["figure"], *values, *ratios)
+        table.add_row(row["figure"], *comparison_cells(row))
     console.print(table)
+    if comparison.get("reference"):
+        console.print(f"/ {comparison['reference']}: the run's figure divided by "
+                      f"{comparison['reference']}'s; above 1, {comparison['reference']} is "
+                      f"the faster", highlight=False)
