@@ -14,6 +14,13 @@ import re
 from pathlib import Path
 
 from inspection.analysis import PARTS
+from inspection.terminal import (
+    JCT_BIN_CAPTION,
+    JCT_BIN_HEADER,
+    comparison_cells,
+    estimation_lines,
+    jct_bin_rows,
+)
 
 _STATS = ("count", "mean", "p50", "p90", "p99", "p99.9", "max")
 
@@ -30,6 +37,14 @@ PLOT_TEXT = {
     "delay_breakdown": ("Stacked bars of the mean allocation time's parts, in ms, per run",
                         "Where allocation time goes: framework queuing, processing, "
                         "communication and worker queuing (mean per task)."),
+    "estimation_error_cdf": ("CDF of each job's estimated over measured work, log scale, one "
+                             "curve per run",
+                             "Job-size estimation error: the predictor's estimate of a job's "
+                             "task-seconds over the task-seconds it measured (1 is exact)."),
+    "sampling_ratio_over_time": ("Sampling ratio slearn chose for each wide job, by arrival "
+                                 "time, per run",
+                                 "Sampling ratio over time: the share of a wide job's tasks "
+                                 "slearn ran first as pilots, by the job's arrival."),
 }
 
 _CSS = """
@@ -137,6 +152,16 @@ def _fairness_table(run: dict, rid: str) -> str:
     return _table(f"fairness-{rid}", caption, ["user queue", "configured", "mean share"], rows)
 
 
+def _estimation_section(run: dict, rid: str) -> str:
+    if "estimation" not in run:
+        return ""
+    estimation = run["estimation"]
+    lines = "".join(f"<li>{html.escape(line)}</li>" for line in estimation_lines(estimation))
+    return (f'<h3 id="estimation-{html.escape(rid)}">Estimation</h3>\n<ul>{lines}</ul>\n'
+            + _table(f"jct-bins-{rid}", JCT_BIN_CAPTION, JCT_BIN_HEADER,
+                     jct_bin_rows(estimation)))
+
+
 def _run_section(run: dict, rid: str) -> str:
     allocation, jct = run["allocation"], run["jct"]
     parts = [
@@ -157,9 +182,10 @@ def _run_section(run: dict, rid: str) -> str:
                      {"all jobs": jct["slowdown"]}, "x"),
         _counts_table(run, rid),
         _fairness_table(run, rid),
+        _estimation_section(run, rid),
         "</section>",
     ]
-    return "\n".join(parts)
+    return "\n".join(part for part in parts if part)
 
 
 def _comparison_section(comparison: dict) -> str:
@@ -167,13 +193,14 @@ def _comparison_section(comparison: dict) -> str:
     header = ["figure", *runs, *(f"{name} / {runs[0]}" for name in runs[1:])]
     rows = []
     for row in comparison["rows"]:
-        values = ["" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
-                  for v in row["values"]]
-        ratios = ["" if r is None else f"{r:.2f}x" for r in row["ratios"][1:]]
-        rows.append([row["figure"], *values, *ratios])
+        rows.append([row["figure"], *comparison_cells(row)])
+    reference = comparison.get("reference")
+    note = (f'\n<p class="muted">/ {html.escape(reference)}: the run\'s figure divided by '
+            f"{html.escape(reference)}'s; above 1, {html.escape(reference)} is the faster.</p>"
+            if reference else "")
     return ('<section id="comparison-section">\n<h2>Comparison</h2>\n'
             + _table("comparison", f"comparison (ratios to {runs[0]})", header, rows)
-            + "\n</section>")
+            + note + "\n</section>")
 
 
 def _plot_figure(name: str, png: bytes) -> str:

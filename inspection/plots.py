@@ -1,5 +1,6 @@
 """The report as PNG plots: CDFs of allocation time and JCT, each user queue's share over time,
-and where allocation time goes; every run overlaid where that reads well.
+and where allocation time goes; with job-size estimation, the CDF of estimate / work and the
+sampling ratios slearn chose over time; every run overlaid where that reads well.
 
 Figures are drawn on matplotlib's Agg canvas directly, without pyplot: nothing global (the
 backend, the list of open figures) changes, so `megha inspect` can run beside anything.
@@ -128,11 +129,58 @@ def delay_breakdown(runs: list[dict]) -> Figure | None:
     return figure
 
 
+def estimation_error_cdf(runs: list[dict]) -> Figure | None:
+    curves = [(i, run["name"], run.get("estimation", {}).get("error", {}).get("cdf"))
+              for i, run in enumerate(runs)]
+    curves = [(i, name, cdf) for i, name, cdf in curves if cdf and cdf["x"]]
+    if not curves:
+        return None
+    figure = _new_figure()
+    axes = figure.add_subplot()
+    for index, name, cdf in curves:
+        axes.step(cdf["x"], cdf["y"], where="post", label=name, **_run_style(index))
+    axes.axvline(1.0, color="grey", linewidth=1)  # the exact estimate
+    axes.set_xscale("log")  # estimate / work is above 0: over and under by k times alike
+    axes.set_title("Job-size estimation error (estimate / measured work; 1 is exact)")
+    axes.set_xlabel("estimate / work (log scale)")
+    axes.set_ylabel("fraction at or below")
+    axes.set_ylim(0, 1.02)
+    axes.grid(True, which="major", alpha=0.3)
+    axes.legend(title="run", loc="lower right")
+    return figure
+
+
+def sampling_ratio_over_time(runs: list[dict]) -> Figure | None:
+    shown = [(i, run) for i, run in enumerate(runs)
+             if run.get("estimation", {}).get("sampling_ratio_over_time")]
+    if not shown:
+        return None
+    figure = _new_figure()
+    axes = figure.add_subplot()
+    markers = ("o", "s", "^", "D", "v", "x")
+    highest = 0.0
+    for index, run in shown:
+        points = run["estimation"]["sampling_ratio_over_time"]
+        highest = max(highest, *(r for _, r in points))
+        axes.scatter([t for t, _ in points], [r for _, r in points], s=16, alpha=0.6,
+                     marker=markers[index % len(markers)], color=_run_style(index)["color"],
+                     label=run["name"])
+    axes.set_title("Sampling ratio chosen per wide job (slearn's pilot tasks / tasks)")
+    axes.set_xlabel("job arrival, since the run's first (s)")
+    axes.set_ylabel("sampling ratio")
+    axes.set_ylim(0, highest * 1.25 or 1.0)  # room above the points for the legend
+    axes.grid(True, alpha=0.3)
+    axes.legend(title="run", loc="upper right", ncols=min(len(shown), 4))
+    return figure
+
+
 PLOTS: dict[str, Callable[[list[dict]], Figure | None]] = {
     "allocation_cdf": allocation_cdf,
     "jct_cdf": jct_cdf,
     "share_over_time": share_over_time,
     "delay_breakdown": delay_breakdown,
+    "estimation_error_cdf": estimation_error_cdf,
+    "sampling_ratio_over_time": sampling_ratio_over_time,
 }
 
 
