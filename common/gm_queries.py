@@ -16,7 +16,8 @@ def job_status(job: JobRecord,
     its demand may be blocked: `Backlog.reason_of`)."""
     progress = job.progress
     return {
-        "job": job.spec.job_id, "user": job.spec.user, "state": str(job.state),
+        "job": job.spec.job_id, "user": job.spec.user, "name": job.spec.name,
+        "state": str(job.state),
         "reason": job.reason, "arrival": job.spec.arrival, "finished_at": job.finished_at,
         "tasks_total": progress.num_tasks, "tasks_done": progress.done,
         "estimated_task_duration": progress.estimated_task_duration,

@@ -56,6 +56,9 @@ Name = Annotated[str, Field(min_length=1)]
 # A job id may not contain '/': core task ids are `job_id/local_id`, and the split must be
 # unambiguous (job `a` task `b/c` and job `a/b` task `c` would otherwise collide).
 JobId = Annotated[str, Field(min_length=1, pattern=r"^[^/]+$")]
+# A job's template (JobSpec.name): runs of one recurring job share it.
+JOB_NAME_MAX = 200
+JobName = Annotated[str, Field(min_length=1, max_length=JOB_NAME_MAX)]
 
 TASK_ID_SEPARATOR = "/"
 
@@ -82,6 +85,7 @@ class JobSubmission(WireModel):
     user: Name
     weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
     estimated_task_duration: NonNegativeFloat | None = None
+    name: JobName | None = None  # the job's template, for history-based runtime predictors
     tasks: list[TaskSubmission] = Field(min_length=1)
 
     @field_validator("tasks")
@@ -128,6 +132,7 @@ def job_from_wire(sub: JobSubmission, job_id: str, arrival: float) -> JobSpec:
         arrival=arrival,
         weight=sub.weight,
         estimated_task_duration=sub.estimated_task_duration,
+        name=sub.name,
     )
     return job
 
@@ -154,6 +159,7 @@ def job_to_wire(job: JobSpec) -> JobSubmission:
         user=job.user,
         weight=job.weight,
         estimated_task_duration=job.estimated_task_duration,
+        name=job.name,
         tasks=tasks,
     )
 

@@ -6,8 +6,10 @@ synthesized workload can be saved, shared and replayed exactly.
      "tasks": [{"cpu_m": 500, "mem_mib": 512, "duration": 6.4, "constraints": [4, 20]}]}
 
 `arrival` is seconds after the workload's start; `estimate` (optional) is the scheduler's
-estimate of a task's duration. Jobs from a DAG source (Alibaba) also carry `"dag"` (each stage
-and the stages it waits for) and each task its `"stage"`; both are optional.
+estimate of a task's duration; `name` (optional, 1 to 200 characters) is the job's template,
+shared by the runs of a recurring job (`megha synth --families`; Alibaba's job names). Jobs
+from a DAG source (Alibaba) also carry `"dag"` (each stage and the stages it waits for) and
+each task its `"stage"`; both are optional.
 
 A bad line is an `InvalidInput` naming `file:line` and the field; as with traces,
 `skip_bad=True` skips and counts bad lines instead.
@@ -23,6 +25,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.errors import InvalidInput
+from common.wire import JOB_NAME_MAX
 from loadgen.trace import KEPT_ERRORS, parse_file
 from loadgen.workload import ReplayJob, ReplayTask
 
@@ -42,6 +45,7 @@ class _Job(BaseModel):
     model_config = ConfigDict(extra="forbid")
     job_id: Annotated[str, Field(min_length=1)]
     user: Annotated[str, Field(min_length=1)]
+    name: Annotated[str, Field(min_length=1, max_length=JOB_NAME_MAX)] | None = None
     arrival: Seconds
     weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
     estimate: Seconds | None = None
@@ -58,8 +62,10 @@ def _task_record(task: ReplayTask) -> dict:
 
 
 def job_to_line(job: ReplayJob) -> str:
-    record: dict = {"job_id": job.job_id, "user": job.user, "arrival": job.arrival,
-                    "weight": job.weight}
+    record: dict = {"job_id": job.job_id, "user": job.user}
+    if job.name is not None:
+        record["name"] = job.name
+    record |= {"arrival": job.arrival, "weight": job.weight}
     if job.estimate is not None:
         record["estimate"] = job.estimate
     record["tasks"] = [_task_record(t) for t in job.tasks]
@@ -78,6 +84,7 @@ def job_from_line(text: str, where: str) -> ReplayJob:
     return ReplayJob(job_id=parsed.job_id, user=parsed.user, arrival=parsed.arrival,
                      weight=parsed.weight, estimate=parsed.estimate,
                      dag={stage: tuple(parents) for stage, parents in parsed.dag.items()},
+                     name=parsed.name,
                      tasks=tuple(ReplayTask(t.cpu_m, t.mem_mib, t.duration,
                                             tuple(sorted(t.constraints)), t.stage)
                                  for t in parsed.tasks))

@@ -7,6 +7,11 @@ and for some sources (Alibaba) what each task requests and how its stages depend
 other. `realize` adds what the source lacks: user queue, weight, resources, constraints. A
 `ReplayJob` is complete; a job file holds ReplayJobs, so it skips the first steps.
 
+A job's `name` is its template where the source has one: the runs of one recurring job share
+it, and history-based runtime predictors (3Sigma, Point-Est) group jobs by it. Synthetic
+families (`megha synth --families`) have one; Alibaba's job names are kept but unique per job;
+the Sparrow/Eagle traces have none (None).
+
 Scaling (`Scaling`), in the order applied:
 
 1. `select`: `sample` keeps each job with this probability (seeded), `max_jobs` keeps the first
@@ -42,6 +47,7 @@ class JobShape:
     resources: tuple[tuple[int, int], ...] | None = None  # per task (cpu_m, mem_mib), if known
     stages: tuple[str, ...] = ()  # per task, the stage it belongs to (Alibaba task name)
     dag: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # stage -> parents
+    name: str | None = None  # the job's template (recurring runs share it), if the source has one
 
     def capped(self, width: int) -> JobShape:
         if len(self.durations) <= width:
@@ -69,6 +75,7 @@ class ReplayJob:
     weight: float = 1.0
     estimate: float | None = None  # the scheduler's estimate of a task's duration
     dag: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # kept, not yet submitted
+    name: str | None = None  # the job's template: runs of one recurring job share it
 
     def capped(self, width: int) -> ReplayJob:
         return self if len(self.tasks) <= width else replace(self, tasks=self.tasks[:width])
@@ -80,6 +87,8 @@ class ReplayJob:
                                  "constraints": list(t.constraints)} for t in self.tasks]}
         if self.estimate is not None:
             body["estimated_task_duration"] = self.estimate
+        if self.name is not None:
+            body["name"] = self.name
         return body
 
 

@@ -326,6 +326,6 @@ def job_specs(replay_jobs, slot: tuple[int, int] | None = None) -> list[JobSpec]
                      frozenset(t.constraints), t.duration)
             for i, t in enumerate(job.tasks))
         specs.append(JobSpec(job.job_id, job.user, tasks, job.arrival, job.weight,
-                             job.estimate))
+                             job.estimate, name=job.name))
     return specs
 

@@ -23,6 +23,7 @@ from loadgen.workload import (
     scale,
     select,
 )
+from simulator.federated import job_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -161,11 +162,25 @@ def test_summary_counts_and_times():
 def test_job_file_round_trip_keeps_every_field(tmp_path):
     jobs = [ReplayJob("a", "q1", 0.0, (ReplayTask(500, 64, 1.5, (4, 20), "M1"),
                                        ReplayTask(500, 64, 2.5, (), "R2_1")),
-                      weight=2.0, estimate=1.2, dag={"M1": (), "R2_1": ("M1",)}),
+                      weight=2.0, estimate=1.2, dag={"M1": (), "R2_1": ("M1",)},
+                      name="fam-0003"),
             ReplayJob("b", "q2", 3.25, (ReplayTask(1000, 128, 0.0), ReplayTask(1, 1, 9.0)))]
     write_jobs(tmp_path / "w.jsonl", jobs)
     again, skipped, _ = read_jobs(tmp_path / "w.jsonl")
     assert again == jobs and skipped == 0
+    assert [job.name for job in again] == ["fam-0003", None]
+    lines = (tmp_path / "w.jsonl").read_text().splitlines()
+    assert '"name":"fam-0003"' in lines[0] and '"name"' not in lines[1]  # written when set
+
+
+def test_a_replayed_job_submits_its_name_when_it_has_one():
+    task = (ReplayTask(500, 64, 1.0),)
+    assert ReplayJob("a", "q1", 0.0, task, name="fam-1").submission()["name"] == "fam-1"
+    assert "name" not in ReplayJob("b", "q1", 0.0, task).submission()
+    # and the simulator's jobs carry it too
+    specs = job_specs([ReplayJob("a", "q1", 0.0, task, name="fam-1"),
+                       ReplayJob("b", "q1", 0.0, task)])
+    assert [spec.name for spec in specs] == ["fam-1", None]
 
 
 @pytest.mark.parametrize("line, message", [
@@ -175,6 +190,8 @@ def test_job_file_round_trip_keeps_every_field(tmp_path):
     ('{"job_id": "a", "user": "q1", "arrival": 0, "tasks": [{"cpu_m": 1, "mem_mib": 1, '
      '"duration": 1, "gpu": 1}]}', "tasks.0.gpu: "),
     ('{"job_id": "a", "user": "q1"', "line: "),
+    ('{"job_id": "a", "user": "q1", "name": "", "arrival": 0, "tasks": [{"cpu_m": 1, '
+     '"mem_mib": 1, "duration": 1}]}', "name: "),
     ('{"job_id": "x", "user": "q1", "arrival": 0, "tasks": [{"cpu_m": 1, "mem_mib": 1, '
      '"duration": 1}]}', "job_id 'x' repeats line 1"),
 ])

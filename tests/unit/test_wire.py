@@ -26,6 +26,7 @@ from common.models import JobSpec, NodeSpec, TaskSpec, validate_job
 from common.reasons import Reason
 from common.resources import Resources
 from common.wire import (
+    JOB_NAME_MAX,
     JobSubmission,
     LaunchRequest,
     LMReply,
@@ -61,6 +62,7 @@ from common.wire import (
     worker_heartbeat_to_wire,
     worker_report_to_event,
 )
+from services.store import GMStore
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -214,6 +216,34 @@ def test_job_defaults_ids_and_fields() -> None:
 def test_client_chosen_job_id_wins() -> None:
     sub = JobSubmission(job_id="mine", user="bob", tasks=[{"cpu_m": 1, "mem_mib": 1}])
     assert job_from_wire(sub, job_id="fallback", arrival=0.0).job_id == "mine"
+
+
+def test_a_job_name_survives_the_wire_and_a_gm_restart(tmp_path) -> None:
+    job = dataclasses.replace(make_job(), name="nightly-etl")
+    wire = through_json(job_to_wire(job))
+    assert wire.name == "nightly-etl"
+    assert job_from_wire(wire, job_id="unused", arrival=job.arrival) == job
+    # the GM stores the submission as accepted and rebuilds the job from it after a restart
+    store = GMStore(tmp_path / "gm.sqlite")
+    store.add_job(job.job_id, job.user, wire.model_dump_json(), job.arrival)
+    store.close()
+    (stored,) = GMStore(tmp_path / "gm.sqlite").unfinished()
+    again = job_from_wire(JobSubmission.model_validate_json(stored.body), stored.job_id,
+                          stored.arrival)
+    assert again.name == "nightly-etl" and again == job
+    # a submission without a name (and one stored before names existed) has none
+    unnamed = JobSubmission.model_validate({"user": "a", "tasks": [{"cpu_m": 1, "mem_mib": 1}]})
+    assert job_from_wire(unnamed, job_id="j", arrival=0.0).name is None
+
+
+@pytest.mark.parametrize("name", ["", "x" * (JOB_NAME_MAX + 1), 7, ["a"]])
+def test_a_bad_job_name_is_refused_by_field(name: object) -> None:
+    with pytest.raises(ValidationError) as caught:
+        JobSubmission.model_validate({"user": "a", "name": name,
+                                      "tasks": [{"cpu_m": 1, "mem_mib": 1}]})
+    assert loc_of(caught.value) == [("name",)]
+    JobSubmission.model_validate({"user": "a", "name": "x" * JOB_NAME_MAX,
+                                  "tasks": [{"cpu_m": 1, "mem_mib": 1}]})
 
 
 @pytest.mark.parametrize(
