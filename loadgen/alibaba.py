@@ -18,6 +18,14 @@ Megha paper's prototype "divided cpu requests by 400 and memory by 50" to fit it
 machines; we read that as cores = plan_cpu / 400 (so 100 -> 250 millicores) and memory =
 plan_mem / 50 of a testbed node's memory. Both divisors and the node memory are parameters.
 
+Job names: each job keeps the trace's `job_name` as its `name` (JobSpec.name, the `name` of a
+job file), since the reader keeps job names where the trace has them. In the 2018 trace they
+are unique per job (`j_1446403`), not templates: no two jobs share one, so history-based
+runtime predictors (3Sigma, Point-Est), which group jobs by name, find no history under it
+and fall back on their stand-in categories, the job's user queue and width
+(common/policies/jobs/history.py). The synthetic families of `megha synth --families` are
+the workload whose names recur.
+
 Rows with 0 instances (2,533 in the sample) are empty tasks and are counted, not replayed; a
 job left with no instance at all is counted too. A malformed row is an `InvalidInput` naming
 `file:line`, unless `skip_bad=True` (then counted, as for traces).
@@ -175,7 +183,8 @@ def _shape(name: str, job: _Job) -> JobShape:
         stages += [task.name] * task.instances
     return JobShape(key=name, order=job.first_line, arrival=job.arrival,
                     durations=tuple(durations), resources=tuple(resources),
-                    stages=tuple(stages), dag=dag_of(task.name for task in job.tasks))
+                    stages=tuple(stages), dag=dag_of(task.name for task in job.tasks),
+                    name=name)
 
 
 def read_alibaba(path: str | Path | None = None, units: AlibabaUnits = AlibabaUnits(),

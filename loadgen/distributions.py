@@ -11,6 +11,10 @@
 Pareto is given by its mean rather than its scale because experiments are stated that way
 (SRPT+R: "Pareto job sizes with mean 40"); the scale is mean x (shape - 1) / shape. Draws use
 the standard library's `random.Random`, so a seed gives the same workload everywhere.
+
+`noise(cov)` is the multiplicative noise of recurring job families (loadgen/synthesis.py): a
+log-normal of mean 1 and the given coefficient of variation; `log_uniform(factor)` a factor
+whose logarithm is uniform in [-log factor, log factor].
 """
 
 from __future__ import annotations
@@ -102,3 +106,20 @@ def parse_distribution(text: str, option: str) -> Distribution:
         raise InvalidInput(option, f"{text!r}: pareto needs shape > 1 (a finite mean) and a "
                                    f"positive mean")
     return Distribution(kind, params)
+
+
+def noise(cov: float) -> Distribution:
+    """Multiplicative noise of mean 1 and coefficient of variation `cov` (0: the constant 1):
+    log-normal with sigma^2 = ln(1 + cov^2) and median exp(-sigma^2 / 2)."""
+    if not (math.isfinite(cov) and cov >= 0):
+        raise InvalidInput("cov", f"must be a finite number >= 0, got {cov}")
+    if cov == 0:
+        return Distribution("const", (1.0,))
+    sigma = math.sqrt(math.log1p(cov * cov))
+    return Distribution("lognormal", (math.exp(-sigma * sigma / 2), sigma))
+
+
+def log_uniform(rng: random.Random, factor: float) -> float:
+    """A factor between 1/`factor` and `factor` whose logarithm is uniform (as likely to halve
+    as to double)."""
+    return math.exp(rng.uniform(-math.log(factor), math.log(factor)))

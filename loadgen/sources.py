@@ -1,6 +1,7 @@
 """The workload options `megha replay` and `megha synth` share, and the workload they build.
 
     --trace FILE | --alibaba [CSV] | --poisson RATE      where the jobs come from
+    --families N, --recurring-share, --drift-share, ...  --poisson: recurring job families
     --cpu-m, --mem-mib, --users, --weight, --constraints  what synthesis adds (loadgen/synthesis.py)
     --sample, --jobs, --max-width, --duration-scale, ...  how it is fitted (loadgen/workload.py)
 
@@ -26,6 +27,7 @@ from loadgen.progress import Progress, quiet
 from loadgen.synthesis import (
     DEFAULT_DURATION,
     DEFAULT_WIDTH,
+    Families,
     Realization,
     describe,
     poisson_jobs,
@@ -40,7 +42,8 @@ DEFAULT_CONFIG = ROOT / "deploy" / "federation.toml"
 DEFAULT_COUNT = 1000  # --poisson jobs
 SYNTHESIS_OPTIONS = ("cpu_m", "mem_mib", "users", "weight", "constraints",
                      "unconstrained_share")
-SOURCE_OPTIONS = {"poisson": ("count", "width", "duration"),
+FAMILY_OPTIONS = ("recurring_share", "task_cov", "job_cov", "drift_share", "drift_factor")
+SOURCE_OPTIONS = {"poisson": ("count", "width", "duration", "families", *FAMILY_OPTIONS),
                   "alibaba": ("alibaba_cpu_divisor", "alibaba_mem_divisor")}
 
 
@@ -69,6 +72,30 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--alibaba-mem-divisor", type=float, default=None,
                         help="--alibaba: share of a node's memory = plan_mem / this "
                              "(default 50, the paper's)")
+
+    defaults = Families()
+    recurring = parser.add_argument_group(
+        "recurring job families (with --poisson; for history-based runtime predictors)")
+    recurring.add_argument("--families", type=int, default=None, metavar="N",
+                           help="N job templates fam-0000.., each with a width (--width), a "
+                                "mean task duration (--duration) and a user queue drawn once "
+                                "(default 0: every job drawn on its own, unnamed)")
+    recurring.add_argument("--recurring-share", type=float, default=None, metavar="P",
+                           help="share of jobs that are runs of a family chosen uniformly, "
+                                "the rest first-time jobs once-KEY "
+                                f"(default {defaults.recurring_share:g})")
+    recurring.add_argument("--task-cov", type=float, default=None, metavar="C",
+                           help="CoV of a task's duration around its job's mean, log-normal "
+                                f"(default {defaults.task_cov:g})")
+    recurring.add_argument("--job-cov", type=float, default=None, metavar="C",
+                           help="CoV of a run's mean around its family's current mean, "
+                                f"log-normal (default {defaults.job_cov:g})")
+    recurring.add_argument("--drift-share", type=float, default=None, metavar="S",
+                           help="share of families whose mean changes once, at a moment uniform "
+                                f"over the arrivals (default {defaults.drift_share:g})")
+    recurring.add_argument("--drift-factor", type=float, default=None, metavar="F",
+                           help="such a change multiplies the mean by a factor log-uniform in "
+                                f"[1/F, F] (default {defaults.drift_factor:g})")
 
     synth = parser.add_argument_group(
         "synthesis (DIST: 500, uniform:250,1000, choice:250,500, exp:10, pareto:2.5,40, "
@@ -182,9 +209,14 @@ def _shapes(args: argparse.Namespace, federation: Federation) -> tuple[list[JobS
         duration = (parse_distribution(args.duration, "--duration") if args.duration
                     else DEFAULT_DURATION)
         count = DEFAULT_COUNT if args.count is None else args.count
+        families = _families(args)
         shapes = poisson_jobs(count, args.poisson, width=width, duration=duration,
-                              seed=args.seed)
-        return shapes, f"Poisson({args.poisson:g}/s), width {width}, duration {duration}"
+                              seed=args.seed, families=families)
+        name = f"Poisson({args.poisson:g}/s), width {width}, duration {duration}"
+        if families.count:
+            name += (f", {families.count} families ({families.recurring_share:g} of jobs "
+                     f"recurring, {families.drift_share:g} of families drifting)")
+        return shapes, name
     if args.alibaba is not None:
         if args.cpu_m is not None or args.mem_mib is not None:
             raise InvalidInput("--cpu-m", "Alibaba tasks carry their own requests; scale them "
@@ -205,6 +237,18 @@ def _shapes(args: argparse.Namespace, federation: Federation) -> tuple[list[JobS
     read = read_trace(trace, skip_bad=args.skip_bad_lines)
     _report_skipped(read.skipped, read.errors, str(trace))
     return from_trace(read.jobs), trace.name
+
+
+def _families(args: argparse.Namespace) -> Families:
+    """The family options as a `Families`; its options are refused without --families N."""
+    if not args.families:
+        for option in FAMILY_OPTIONS:
+            if getattr(args, option) is not None:
+                raise InvalidInput("--" + option.replace("_", "-"),
+                                   "applies only with --families N (N >= 1)")
+    given = {option: getattr(args, option) for option in FAMILY_OPTIONS
+             if getattr(args, option) is not None}
+    return Families(count=args.families or 0, **given)
 
 
 def _check_source_options(args: argparse.Namespace) -> None:

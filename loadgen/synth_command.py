@@ -45,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
           f"{stats['mean_weight']:.2f}")
     print("  jobs per user queue: " + ", ".join(f"{user} {count}" for user, count
                                                  in stats["jobs_per_user"].items()))
+    if stats["named_jobs"]:
+        once = stats["named_jobs"] - stats["recurring_runs"]
+        print(f"  job names: {stats['recurring_runs']} runs of {stats['recurring_names']} "
+              f"recurring names, {once} job(s) with a name of their own")
     if refused:
         print(f"  {len(refused)} job(s) have a task no node of {config_path} can run; the GMs "
               f"would reject them (first: {refused[0]})")

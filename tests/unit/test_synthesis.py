@@ -8,6 +8,7 @@ less than once in a million runs and every draw is seeded anyway.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import random
@@ -29,9 +30,16 @@ from common.constraint_model import (
 from common.errors import InvalidInput
 from common.federation import MACHINE_PROFILES
 from loadgen.alibaba import AlibabaUnits, dag_of, parse_rows, read_alibaba
-from loadgen.distributions import parse_distribution
+from loadgen.distributions import noise, parse_distribution
 from loadgen.jobfile import read_jobs
-from loadgen.synthesis import Realization, describe, poisson_jobs, realize
+from loadgen.synthesis import (
+    Families,
+    Realization,
+    describe,
+    job_families,
+    poisson_jobs,
+    realize,
+)
 from loadgen.workload import JobShape, Scaling, select
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,6 +184,131 @@ def test_bad_realization_is_refused():
                                                   weight=parse_distribution("0", "w")), "")
 
 
+# -- recurring job families --------------------------------------------------------------------
+
+
+def _job_mean(shape) -> float:
+    return sum(shape.durations) / len(shape.durations)
+
+
+def test_no_families_draws_exactly_what_it_drew_before():
+    plain = poisson_jobs(300, 2.0, width=parse_distribution("choice:1,3", "w"), seed=8)
+    assert poisson_jobs(300, 2.0, width=parse_distribution("choice:1,3", "w"), seed=8,
+                        families=Families(count=0)) == plain
+    assert all(shape.name is None for shape in plain)
+
+
+def test_families_are_seeded_and_keep_the_arrivals():
+    wide = parse_distribution("choice:1,4,16", "w")
+    made = poisson_jobs(500, 2.0, width=wide, seed=3, families=Families(count=12))
+    assert made == poisson_jobs(500, 2.0, width=wide, seed=3, families=Families(count=12))
+    other = poisson_jobs(500, 2.0, width=wide, seed=4, families=Families(count=12))
+    assert [s.durations for s in other] != [s.durations for s in made]
+    assert [s.arrival for s in made] == [s.arrival for s in poisson_jobs(500, 2.0, seed=3)]
+    assert all(s.estimate == pytest.approx(_job_mean(s)) for s in made)
+
+
+def test_runs_of_a_family_share_name_width_and_user():
+    shapes = poisson_jobs(3000, 1.0, width=parse_distribution("choice:1,2,4,8,16", "w"),
+                          seed=5, families=Families(count=20))
+    jobs = realize(shapes, Realization(users=(("a", 1), ("b", 1), ("c", 1)), seed=5), "")
+    runs: dict[str, list] = {}
+    for job in jobs:
+        runs.setdefault(job.name, []).append(job)
+    families = {name: js for name, js in runs.items() if name.startswith("fam-")}
+    assert sorted(families) == [f"fam-{i:04d}" for i in range(20)]
+    for name, family_runs in families.items():
+        assert len({len(job.tasks) for job in family_runs}) == 1, name
+        assert len({job.user for job in family_runs}) == 1, name
+    assert len({len(js[0].tasks) for js in families.values()}) > 1  # widths differ by family
+    assert len({js[0].user for js in families.values()}) > 1
+    once = [name for name in runs if not name.startswith("fam-")]
+    assert all(name.startswith("once-") and len(runs[name]) == 1 for name in once)
+    assert describe(jobs)["recurring_names"] == 20
+
+
+@pytest.mark.parametrize("share", [0.8, 0.3])
+def test_the_first_time_share_is_one_minus_the_recurring_share(share):
+    shapes = poisson_jobs(20_000, 1.0, seed=6, families=Families(count=50,
+                                                                 recurring_share=share))
+    first_time = sum(s.name.startswith("once-") for s in shapes) / len(shapes)
+    assert first_time == pytest.approx(1 - share, abs=5 * 0.5 / math.sqrt(len(shapes)))
+
+
+def test_a_higher_recurring_share_leaves_the_runs_as_they_were():
+    low = poisson_jobs(2000, 1.0, seed=2, families=Families(count=10, recurring_share=0.4))
+    high = poisson_jobs(2000, 1.0, seed=2, families=Families(count=10, recurring_share=0.9))
+    runs = [(a, b) for a, b in zip(low, high, strict=True) if a.name.startswith("fam-")]
+    assert runs and all(a == b for a, b in runs)
+
+
+def test_task_and_run_noise_have_the_coefficients_of_variation_asked_for():
+    for cov in (0.0, 0.3, 1.0):
+        rng = random.Random(1)
+        draws = [noise(cov).sample(rng) for _ in range(100_000)]
+        mean = sum(draws) / len(draws)
+        assert mean == pytest.approx(1.0, rel=0.02)
+        spread = math.sqrt(sum((d - mean) ** 2 for d in draws) / len(draws)) / mean
+        assert spread == pytest.approx(cov, abs=0.03)
+    # within one job, tasks vary by task_cov; the job's mean by job_cov around the family's
+    shapes = poisson_jobs(4000, 1.0, width=parse_distribution("50", "w"), seed=1,
+                          families=Families(count=5, task_cov=0.5, job_cov=0.0,
+                                            recurring_share=1.0, drift_share=0.0))
+    for shape in shapes[:50]:
+        mean = _job_mean(shape)
+        spread = math.sqrt(sum((d - mean) ** 2 for d in shape.durations) / 50) / mean
+        assert 0.2 < spread < 0.9
+    template = {f.name: f.mean for f in job_families(Families(count=5), 1.0, seed=1)}
+    for shape in shapes:  # 50 tasks of CoV 0.5: the job's mean within 5 s.e. of the family's
+        assert _job_mean(shape) == pytest.approx(template[shape.name], rel=5 * 0.5 / math.sqrt(50))
+
+
+def test_drift_changes_a_drifting_familys_mean_and_only_theirs():
+    families = Families(count=8, recurring_share=1.0, drift_share=0.5, drift_factor=4.0)
+    shapes = poisson_jobs(8000, 1.0, seed=11, families=families)
+    templates = job_families(families, shapes[-1].arrival, seed=11)
+    assert sum(f.changes_at is not None for f in templates) == 4  # round(0.5 x 8)
+    measured = 0
+    for family in templates:
+        runs = [s for s in shapes if s.name == family.name]
+        moment = family.changes_at if family.changes_at is not None else shapes[-1].arrival / 2
+        before = [_job_mean(s) for s in runs if s.arrival < moment]
+        after = [_job_mean(s) for s in runs if s.arrival >= moment]
+        if min(len(before), len(after)) < 100:
+            continue  # a change near an end of the span: too few runs on one side to measure
+        measured += family.changes_at is not None
+        ratio = (sum(after) / len(after)) / (sum(before) / len(before))
+        # runs vary by about 0.36 (job CoV 0.2, task CoV 0.3): 100 runs are within 4%
+        assert ratio == pytest.approx(family.factor, rel=0.15), family
+        if family.changes_at is not None and abs(math.log(family.factor)) > math.log(1.5):
+            assert abs(math.log(ratio)) > math.log(1.3), family  # it visibly changed
+    assert measured >= 2  # the seed gives drifting families enough runs on both sides
+
+
+def test_drift_moments_and_factors_stay_in_their_bounds():
+    families = Families(count=400, drift_share=1.0, drift_factor=3.0)
+    templates = job_families(families, 100.0, seed=4)
+    assert all(0 <= f.changes_at <= 100.0 and 1 / 3 <= f.factor <= 3 for f in templates)
+    logs = [math.log(f.factor) / math.log(3.0) for f in templates]  # uniform in [-1, 1]
+    assert stats.kstest(logs, stats.uniform(loc=-1, scale=2).cdf).pvalue > 1e-3
+    moments = [f.changes_at for f in templates]
+    assert stats.kstest(moments, stats.uniform(loc=0, scale=100).cdf).pvalue > 1e-3
+    none = job_families(Families(count=10, drift_share=0.0), 100.0, seed=4)
+    assert all(f.changes_at is None and f.factor == 1.0 for f in none)
+
+
+@pytest.mark.parametrize("fields, option", [
+    ({"count": -1}, "--families"), ({"recurring_share": 1.5}, "--recurring-share"),
+    ({"drift_share": -0.1}, "--drift-share"), ({"task_cov": -1.0}, "--task-cov"),
+    ({"job_cov": math.inf}, "--job-cov"), ({"drift_factor": 0.5}, "--drift-factor"),
+    ({"drift_factor": math.nan}, "--drift-factor"),
+])
+def test_bad_family_settings_are_refused_by_option(fields, option):
+    with pytest.raises(InvalidInput) as caught:
+        Families(**fields)
+    assert caught.value.field == option
+
+
 # -- Alibaba 2018 ----------------------------------------------------------------------------
 
 
@@ -202,6 +335,9 @@ def test_alibaba_rows_become_instances_with_converted_requests():
     assert one.resources == ((250, 41), (250, 41), (125, 20))
     assert one.dag == {"M1": (), "R2_1": ("M1",)} and read.empty_tasks == 1
     assert two.resources[0] == (1750, 424) and two.dag == {"task_Zm9v": ()}
+    assert (one.name, two.name) == ("j_1", "j_2")  # the trace's job names, unique per job
+    jobs = realize(read.jobs, Realization(users=USERS), "r")
+    assert [(job.job_id, job.name) for job in jobs] == [("r-j_1", "j_1"), ("r-j_2", "j_2")]
     assert dag_of(["R5_9"]) == {"R5_9": ("9",)}  # a parent missing from the job keeps its number
 
 
@@ -257,6 +393,17 @@ def test_synth_writes_a_job_file_that_replays_as_written(tmp_path):
     (["--users", "q9"], "--users: 'q9' is not a queue"),
     (["--poisson", "0"], "--poisson: must be a positive number"),
     (["--trace", "deploy/workloads/YH_small.tr", "--alibaba"], "not allowed with argument"),
+    (["--families", "3"], "--families: applies only with --poisson"),
+    (["--poisson", "1", "--families", "-2"], "--families: must be >= 0"),
+    (["--poisson", "1", "--drift-share", "0.2"], "--drift-share: applies only with --families"),
+    (["--poisson", "1", "--families", "0", "--job-cov", "0.1"],
+     "--job-cov: applies only with --families"),
+    (["--poisson", "1", "--families", "4", "--recurring-share", "1.2"],
+     "--recurring-share: must be in [0, 1]"),
+    (["--poisson", "1", "--families", "4", "--drift-factor", "0.5"],
+     "--drift-factor: must be a finite number >= 1"),
+    (["--poisson", "1", "--families", "4", "--task-cov", "-0.3"],
+     "--task-cov: must be a finite number >= 0"),
 ])
 def test_misused_options_are_refused_with_their_name(args, message, tmp_path):
     done = megha("synth", "--out", str(tmp_path / "w.jsonl"), *args)
@@ -271,3 +418,30 @@ def test_the_bundled_alibaba_job_file_is_what_its_documented_command_makes(tmp_p
                  "--config", str(ROOT / "deploy" / "federation.toml"))
     assert made.returncode == 0, made.stderr
     assert out.read_bytes() == (ROOT / "deploy" / "workloads" / "alibaba-100.jsonl").read_bytes()
+
+
+def test_synth_without_families_writes_what_it_wrote_before_families_existed(tmp_path):
+    out = tmp_path / "w.jsonl"
+    made = megha("synth", "--poisson", "3", "--count", "60", "--width", "choice:1,3",
+                 "--seed", "9", "--families", "0", "--out", str(out),
+                 "--config", str(ROOT / "deploy" / "federation.toml"))
+    assert made.returncode == 0, made.stderr
+    # the sha256 of this command's file made before --families was added
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == (
+        "42306b11baa987a30412de11502f1437f5ff23cc6b9dd7bcdf0d31f10029ba26")
+
+
+def test_synth_with_families_writes_named_jobs(tmp_path):
+    out = tmp_path / "w.jsonl"
+    made = megha("synth", "--poisson", "2", "--count", "400", "--families", "10",
+                 "--recurring-share", "0.75", "--width", "choice:1,4", "--seed", "3",
+                 "--out", str(out))
+    assert made.returncode == 0, made.stderr
+    assert "10 families" in made.stdout and "recurring names" in made.stdout
+    jobs, _, _ = read_jobs(out)
+    names = [job.name for job in jobs]
+    assert all(names) and len({n for n in names if n.startswith("fam-")}) == 10
+    help_text = megha("synth", "--help").stdout
+    for option in ("--families", "--recurring-share", "--task-cov", "--job-cov",
+                   "--drift-share", "--drift-factor"):
+        assert option in help_text
