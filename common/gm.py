@@ -41,9 +41,9 @@ from common.events import (
 from common.gm_config import GMConfig
 from common.gm_queries import EndedJobs, job_status
 from common.gm_records import (
+    ACTIVE_STATES,
     ENDED_JOB_STATES,
     ENDED_TASK_STATES,
-    ACTIVE_STATES,
     LAUNCHED_STATES,
     WAITING_STATES,
     JobRecord,

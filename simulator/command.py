@@ -10,6 +10,7 @@ federated core), `centralized` (the same core as one GM and one LM over the whol
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import sys
@@ -23,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from common.errors import InvalidInput
 from common.federation import Federation
+from common.policies.job import JOB_POLICIES
 from loadgen.sources import add_workload_arguments, build_workload, load_config
 from simulator.baselines import DEFAULT_PROBE_RATIO, RandomSimulation, SparrowSimulation
 from simulator.cluster import PAPER_NODE, SLOT, shaped_federation
@@ -57,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--processing", choices=PROCESSING_MODELS, default="none",
                      help="'measured': cores take the CPU time their calls take (then runs "
                           "are not repeatable); default none")
+    sim.add_argument("--job-policy", choices=JOB_POLICIES.names(), default=None,
+                     help="megha and centralized: the GMs' job policy (default: the "
+                          "federation file's; fifo for --nodes)")
     sim.add_argument("--probe-ratio", type=float, default=DEFAULT_PROBE_RATIO,
                      help="sparrow: probes per task (default 2)")
     sim.add_argument("--log", type=Path, default=None,
@@ -81,7 +86,7 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
                                               "([timing]) or use --nodes")
         if args.slots:
             raise InvalidInput("--slots", "slot mode needs a generated cluster: give --nodes")
-        return federation, path
+        return with_job_policy(federation, args.job_policy), path
     if args.config is not None:
         raise InvalidInput("--nodes", "give either --config or --nodes, not both")
     node = parse_node(args.node)
@@ -89,7 +94,16 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
     federation = shaped_federation(
         args.nodes, gms, lms, slots=args.slots, node=node, nodes_per_worker=args.nodes_per_worker,
         heartbeat_interval=10.0 if args.heartbeat is None else args.heartbeat, seed=args.seed)
-    return federation, f"{args.nodes} nodes, {gms} GMs, {lms} LMs"
+    return (with_job_policy(federation, args.job_policy),
+            f"{args.nodes} nodes, {gms} GMs, {lms} LMs")
+
+
+def with_job_policy(federation: Federation, job_policy: str | None) -> Federation:
+    """`federation` with its GMs' job policy replaced (`--job-policy`), if one is given."""
+    if job_policy is None:
+        return federation
+    policies = federation.policies.model_copy(update={"job": job_policy})
+    return dataclasses.replace(federation, policies=policies)
 
 
 def parse_node(text: str) -> tuple[int, int]:

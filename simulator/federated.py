@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from common.commands import JobEnded, KillTask, Log, PublishHeartbeat, RunTask
+from common.commands import JobEnded, KillTask, Log, PublishHeartbeat, RunTask, StopOnWorker
 from common.errors import InvalidInput
 from common.events import HeartbeatReceived, JobSubmitted, TaskRunEnded, Tick
 from common.federation import Federation
@@ -110,6 +110,11 @@ class FederatedSimulation:
             Log: self._log, RunTask: self._run_task, KillTask: self._kill,
             JobEnded: self._job_ended}
         self._routes.update((kind, self._delivery(route)) for kind, route in ROUTES.items())
+        # attempts their LM has stopped (preempted, cancelled) before their worker heard: one
+        # that ends meanwhile ran, but its LM had already given it up and discards its end,
+        # so it is no completion of its task
+        self._revoked: set[str] = set()
+        self._routes[StopOnWorker] = partial(self._stop, self._routes[StopOnWorker])
         self._finished_reports = 0
         # the agenda's action: no tuples; without processing time an event never waits, so
         # it goes straight to `_handle` (one call less on each of a million deliveries)
@@ -249,6 +254,12 @@ class FederatedSimulation:
 
     def _kill(self, source: _Actor, c: KillTask, cause: str, at: float, took: float) -> None:
         self._running.pop(c.attempt_id, None)  # its scheduled end finds nothing to end
+        self._revoked.discard(c.attempt_id)
+
+    def _stop(self, deliver: Callable, source: _Actor, c: StopOnWorker, cause: str, at: float,
+              took: float) -> None:
+        self._revoked.add(c.attempt_id)
+        deliver(source, c, cause, at, took)
 
     def _job_ended(self, source: _Actor, c: JobEnded, cause: str, at: float,
                    took: float) -> None:
@@ -264,8 +275,11 @@ class FederatedSimulation:
         if running is None:
             return  # killed before its end
         worker, task, duration = running
-        completions = self.outcome.completions
-        completions[task] = completions.get(task, 0) + 1
+        if attempt in self._revoked:
+            self._revoked.discard(attempt)
+        else:
+            completions = self.outcome.completions
+            completions[task] = completions.get(task, 0) + 1
         worker.receive(TaskRunEnded(self.ids.new("ran"), attempt, duration))
 
     # -- the log's first lines, as the services write them ------------------------------------

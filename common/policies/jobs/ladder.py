@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from common.errors import InvalidInput
 
-
 THIN_LIMIT = 3  # jobs of fewer tasks are "thin" (the paper's thinLimit): also how logs bin JCT
 
 

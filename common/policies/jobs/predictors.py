@@ -46,8 +46,9 @@ class LadderPolicy:
         return (job.level, job.seq)
 
     def worker_priority(self, job: JobProgress) -> float:
-        work = job.estimated_remaining_work
-        return job.arrival if work is None else work
+        # its own estimate only: a trace's per-task estimate would be a second predictor
+        per_task = job.estimated_task_duration
+        return job.arrival if per_task is None else per_task * job.remaining
 
     def _estimated(self, job: JobProgress, work: float) -> None:
         """The job's size is now estimated at `work`: it moves to that level."""
@@ -115,7 +116,7 @@ class ThreeSigmaPolicy(HistoryPolicy):
 
 
 @JOB_POLICIES.register("3sigma-tl")
-class ThreeSigmaThinPolicy(HistoryPolicy):
+class ThreeSigmaThinPolicy(ThreeSigmaPolicy):
     tables = ("queues", "history", "slearn")
 
     def __init__(self, thin_threshold: int = 3, sampling_ratio: object = None,

@@ -5,6 +5,9 @@
     cluster-size  megha on 1,000 to 50,000 nodes (default 10 GMs, 10 LMs, as the paper)
     gms-lms       megha with other numbers of GMs and LMs (default on 30,000 nodes)
     heartbeat     megha with other LM heartbeat intervals
+    slearn        the SLearn paper's study: every job-size predictor (slearn, 3sigma,
+                  3sigma-tl, point-est, las, fifo, oracle) on a drifting synthetic workload
+                  and on YH1_sub, at load 1 (`slearn.py`)
 
 `--values` changes what is swept (schedulers; node counts; GxL pairs; seconds). Every run's
 event log, the figures of all runs (JSON) and a side-by-side table go to `--out`, and
@@ -27,7 +30,7 @@ from inspection.terminal import render_comparison
 from simulator import command as simulate
 from simulator.cluster import shaped_federation
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 BUNDLED_TRACE = ROOT / "deploy" / "workloads" / "YH1_sub.tr"
 EXPERIMENTS = {
     # name: (what --values lists, its default, cluster defaults)
@@ -36,6 +39,8 @@ EXPERIMENTS = {
     "cluster-size": ("node counts", "1000,5000,10000,20000,50000", {"gms": 10, "lms": 10}),
     "gms-lms": ("GxL pairs", "1x10,5x10,10x10,10x5,10x20", {"nodes": 30_000}),
     "heartbeat": ("intervals in seconds", "1,5,10,30", {"nodes": 10_000, "gms": 4, "lms": 25}),
+    "slearn": ("job policies", "slearn,3sigma,3sigma-tl,point-est,las,fifo,oracle",
+               {"nodes": 500, "gms": 2, "lms": 5}),
 }
 
 
@@ -77,6 +82,10 @@ def _runs(name: str, values: list[str]) -> list[tuple[str, dict]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.experiment == "slearn":
+        from simulator.experiments import slearn
+
+        return slearn.run(args)
     what, default_values, cluster_defaults = EXPERIMENTS[args.experiment]
     for option in ("log", "results"):
         if getattr(args, option) is not None:
@@ -111,24 +120,31 @@ def run(args: argparse.Namespace) -> int:
         log = None if args.no_log else out / f"{name}.log"
         result = simulate.simulate_once(args, shape["scheduler"], federation, where, log, name)
         reports.append(result | {"name": name, "shape": shape | {"gms": gms, "lms": lms}})
+    write_results(args.experiment, out, reports, args.html)
+    print(f"results in {out}/ (results.json, table.txt"
+          f"{', one event log per run' if not args.no_log else ''})")
+    return 0
+
+
+def write_results(experiment: str, out: Path, reports: list[dict], html: Path | None) -> dict:
+    """results.json (the shared schema: `runs[].name`, `jct`, `allocation`, `counts`, ...,
+    and the comparison), table.txt, the table on the terminal, and the HTML report if asked;
+    the comparison."""
     table = compare(reports)
-    (out / "results.json").write_text(json.dumps({"experiment": args.experiment,
+    (out / "results.json").write_text(json.dumps({"experiment": experiment,
                                                   "runs": reports, "comparison": table},
                                                  indent=1))
     console = Console() if sys.stdout.isatty() else Console(width=140)
     render_comparison(console, table)
     with (out / "table.txt").open("w") as file:
         render_comparison(Console(file=file, width=140), table)
-    if args.html is not None:
+    if html is not None:
         from inspection.html import write_html
         from inspection.plots import write_plots
 
         result = {"runs": reports, "comparison": table}
         for report in reports:
             report.setdefault("read", {"lines": 0, "events": 0, "malformed": 0, "examples": []})
-        write_html(result, write_plots(result, out / "plots"), args.html)
-        print(f"report in {args.html}")
-    print(f"results in {out}/ (results.json, table.txt"
-          f"{', one event log per run' if not args.no_log else ''})")
-    return 0
-
+        write_html(result, write_plots(result, out / "plots"), html)
+        print(f"report in {html}")
+    return table
