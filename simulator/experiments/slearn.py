@@ -3,9 +3,8 @@
 Every predictor runs as the GMs' job policy on the same cluster and workload; they share the
 priority-queue ladder (common/policies/jobs/), so they differ only in how they estimate a
 job's size. The paper's headline, on its production traces: SLearn's mean JCT is 1.28x
-better than 3Sigma's, 1.42x than Point-Est's, 1.91x than LAS's, 3.29x than FIFO's, and
-0.79x of the Oracle's (the Oracle's mean JCT is 0.79 of SLearn's... reported as SLearn being
-within that of it).
+better than 3Sigma's, 1.42x than Point-Est's, 1.91x than LAS's and 3.29x than FIFO's, and the
+Oracle's is 0.79 of SLearn's.
 
 The two default workloads, both at load 1 (the paper's traces average a load close to 1,
 with bursts above it), in slot mode (one task, one slot) on 500 nodes, 2 GMs and 5 LMs:
@@ -19,7 +18,8 @@ with bursts above it), in slot mode (one task, one slot) on 500 nodes, 2 GMs and
 - `yh1`: the first 600 jobs of the project's YH1_sub trace (Yahoo, 29,570 tasks): no job
   names, so the history predictors fall back on user queue and width.
 
-A workload option (`--trace`, `--poisson`, `--alibaba`) replaces both with that one.
+`--count` changes the size of `drifting`, `--jobs` that of `yh1`, `--target-load` both. A
+workload option (`--trace`, `--poisson`, `--alibaba`) replaces both with that one.
 `--values` lists the predictors; the results of each workload go to `--out/WORKLOAD/`
 (an event log per predictor, results.json in the shared schema, table.txt) and the
 side-by-side table gives each predictor's mean and p50 JCT as a ratio to SLearn's.
@@ -58,9 +58,12 @@ def _workloads(args: argparse.Namespace) -> dict[str, argparse.Namespace]:
     made = {}
     for name, settings in WORKLOADS.items():
         workload = argparse.Namespace(**vars(args))
+        # --count sizes the synthesized workload, --jobs the trace's; --target-load both
+        size = "count" if "poisson" in settings else "jobs"
+        workload.count = workload.jobs = None
         for key, value in settings.items():
-            if key in ("jobs", "count", "target_load") and getattr(args, key) is not None:
-                continue  # the user's size or load wins
+            if key in (size, "target_load") and getattr(args, key) is not None:
+                value = getattr(args, key)  # the user's size or load wins
             setattr(workload, key, value)
         made[name] = workload
     return made

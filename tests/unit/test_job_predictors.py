@@ -167,7 +167,7 @@ def test_slearn_adaptive_ratio_is_learnt_from_normalized_jcts() -> None:
         policy.admit(job, rng)
     assert [job.sampling_ratio for job in jobs] == [0.03, 0.02, 0.04]
     assert [len(job.pilots) for job in jobs] == [3, 2, 4]
-    for job, jct in zip(jobs, (20.0, 10.0, 40.0)):
+    for job, jct in zip(jobs, (20.0, 10.0, 40.0), strict=True):
         job.finish(10.0)  # the longest task: JCT 20 is a normalized JCT of 2
         job.admitted_at = 0.0
         policy.job_finished(job, jct)

@@ -154,3 +154,27 @@ def test_the_baselines_experiment_runs_every_scheduler_on_one_workload(tmp_path)
                               "--values", "4by2"], capture_output=True, text=True, cwd=ROOT,
                              timeout=60)
     assert refused.returncode == 2 and "'4by2' is not one of the GxL pairs" in refused.stderr
+
+
+def test_the_slearn_experiment_compares_predictors_on_both_workloads(tmp_path):
+    """Tiny: 40 slots, 30 drifting jobs and 20 of YH1_sub, three predictors, load 1."""
+    done = subprocess.run(
+        [sys.executable, "-m", "megha", "experiment", "slearn", "--nodes", "40", "--gms", "1",
+         "--lms", "2", "--count", "30", "--jobs", "20", "--values", "slearn,fifo,oracle",
+         "--out", str(tmp_path), "--html", str(tmp_path / "report.html")],
+        capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for workload, jobs in (("drifting", 30), ("yh1", 20)):
+        results = json.loads((tmp_path / workload / "results.json").read_text())
+        runs = {run["name"]: run for run in results["runs"]}
+        assert list(runs) == ["slearn", "fifo", "oracle"]
+        assert {run["jct"]["overall"]["count"] for run in runs.values()} == {jobs}
+        assert runs["oracle"]["estimation"]["error"]["p50"] == pytest.approx(1.0)
+        assert "estimation" not in runs["fifo"]
+        assert runs["slearn"]["estimation"]["predictor"] == "slearn"
+        assert (tmp_path / f"report-{workload}.html").stat().st_size > 10_000
+    assert "JCT of each predictor / SLearn's" in done.stdout
+    refused = subprocess.run([sys.executable, "-m", "megha", "experiment", "slearn",
+                              "--values", "slearn,sjf"], capture_output=True, text=True,
+                             cwd=ROOT, timeout=60)
+    assert refused.returncode == 2 and "'sjf' is not a job policy" in refused.stderr
