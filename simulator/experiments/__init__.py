@@ -8,6 +8,8 @@
     slearn        the SLearn paper's study: every job-size predictor (slearn, 3sigma,
                   3sigma-tl, point-est, las, fifo, oracle) on a drifting synthetic workload
                   and on YH1_sub, at load 1 (`slearn.py`)
+    redundancy    the SRPT+R paper's study: SRPT, Fair and LAPS with and without redundant
+                  copies, one-task jobs on 100 machines of varying speed (`redundancy.py`)
 
 `--values` changes what is swept (schedulers; node counts; GxL pairs; seconds). Every run's
 event log, the figures of all runs (JSON) and a side-by-side table go to `--out`, and
@@ -29,6 +31,7 @@ from inspection.compare import compare
 from inspection.terminal import render_comparison
 from simulator import command as simulate
 from simulator.cluster import shaped_federation
+from simulator.experiments import redundancy
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 BUNDLED_TRACE = ROOT / "deploy" / "workloads" / "YH1_sub.tr"
@@ -41,6 +44,7 @@ EXPERIMENTS = {
     "heartbeat": ("intervals in seconds", "1,5,10,30", {"nodes": 10_000, "gms": 4, "lms": 25}),
     "slearn": ("job policies", "slearn,3sigma,3sigma-tl,point-est,las,fifo,oracle",
                {"nodes": 500, "gms": 2, "lms": 5}),
+    "redundancy": ("allocation policies", "srpt,srpt+r,fair,fair+r,laps,laps+r", {}),
 }
 
 
@@ -54,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", type=Path, default=None,
                         help="also write megha inspect's HTML report of every run")
     simulate.add_arguments(parser)
+    redundancy.add_arguments(parser)
     for action in parser._actions:  # the cluster's defaults depend on the experiment
         if action.dest in ("gms", "lms"):
             action.default = None
@@ -86,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         from simulator.experiments import slearn
 
         return slearn.run(args)
+    if args.experiment == "redundancy":
+        return redundancy.run(args)
     what, default_values, cluster_defaults = EXPERIMENTS[args.experiment]
     for option in ("log", "results"):
         if getattr(args, option) is not None:

@@ -18,7 +18,11 @@ from common.policies.fairness import UserQueue
 from common.policies.registry import Registry
 from common.worker import WorkerAgent
 
-FAMILIES = ("policies.fairness", "policies.job", "policies.local_queue", "policies.placement")
+FAMILIES = ("policies.fairness", "policies.job", "policies.local_queue", "policies.placement",
+            "policies.redundancy")
+# Families only the simulator's own models choose so far, not a federation file: the SRPT+R
+# paper's machine allocation runs in simulator/redundancy.py, not yet in the GM and LM.
+SIMULATOR_ONLY = {"policies.redundancy"}
 
 # What each family's `make` passes (a family module's docstring says so); the local queue
 # family hands out classes (`get`), made with nothing.
@@ -115,6 +119,8 @@ def test_an_unknown_name_is_refused_naming_the_known_ones(module: ModuleType) ->
             call()
         assert caught.value.field == registry.argument
         assert caught.value.message == f"unknown policy 'no_such_policy' (known: {known})"
+    if registry.family in SIMULATOR_ONLY:
+        return
     # the argument a refusal names is where the core takes the policy's name
     assert (registry.argument in GMConfig.__dataclass_fields__
             or registry.argument in inspect.signature(WorkerAgent).parameters)
@@ -123,6 +129,8 @@ def test_an_unknown_name_is_refused_naming_the_known_ones(module: ModuleType) ->
 @pytest.mark.parametrize("module", MODULES, ids=ids)
 def test_the_federation_file_offers_the_registered_names(module: ModuleType) -> None:
     registry = registries_of(module)[0]
+    if registry.family in SIMULATOR_ONLY:
+        pytest.skip(f"{registry.family} is not chosen in a federation file yet")
     section, key = registry.family.split(".")
     assert section == "policies" and key in Policies.model_fields
     for name in registry.names():

@@ -1,0 +1,114 @@
+"""Machine service variability: how fast each machine works over time, as seeded processes.
+
+A machine's *rate* is the work it does per unit of time (1 is nominal). Both models have a
+long-run mean rate of 1, so variability slows nothing on average; what it costs is the spread,
+which redundant copies can hedge (policies/redundancy.py). Rates are piecewise constant over
+slots of one time unit, as the SRPT+R paper's simulations (its section 6) make decisions at the
+start of each slot.
+
+- `gamma`: each interval of `interval` slots draws the machine's rate from a Gamma
+  distribution of shape `shape` and mean 1 (coefficient of variation 1/sqrt(shape)).
+- `two-state`: the paper's model. A machine alternates available periods (AP) and unavailable
+  ones (UP), each of a Gamma-distributed length; its rate is uniform in `ap_rate` during an AP
+  and in `up_rate` during an UP; every rate is then divided by the long-run mean, making it 1.
+  The paper's parameter values did not survive in our copy; ours (APs of mean 40 slots, UPs
+  of mean 10, rates 0.5-1.5 and 0-0.2) are stated in the docs and chosen so that a machine
+  spends about a fifth of its time nearly stopped, as the computational-grid traces the paper
+  cites describe.
+
+`SpeedModel.sample(machines, slots, seed)` gives the (slots x machines) array of rates; the
+same seed gives the same rates, whatever the scheduler does with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.errors import InvalidInput
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedModel:
+    kind: str = "two-state"  # "two-state", "gamma" or "constant"
+    shape: float = 2.0  # gamma: the rate's shape
+    interval: int = 10  # gamma: slots a rate lasts
+    ap_length: tuple[float, float] = (2.0, 20.0)  # two-state: AP length, Gamma (shape, scale)
+    up_length: tuple[float, float] = (2.0, 5.0)  # UP length, Gamma (shape, scale)
+    ap_rate: tuple[float, float] = (0.5, 1.5)  # uniform rate bounds in an AP
+    up_rate: tuple[float, float] = (0.0, 0.2)  # ... and in an UP
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("two-state", "gamma", "constant"):
+            raise InvalidInput("speed", f'must be "two-state", "gamma" or "constant", got '
+                                        f"{self.kind!r}")
+        if not self.shape > 0:
+            raise InvalidInput("speed.shape", f"must be > 0, got {self.shape}")
+        if not self.interval >= 1:
+            raise InvalidInput("speed.interval", f"must be >= 1, got {self.interval}")
+        for name in ("ap_length", "up_length"):
+            shape, scale = getattr(self, name)
+            if not (shape > 0 and scale > 0):
+                raise InvalidInput(f"speed.{name}", f"needs shape and scale > 0, got "
+                                                    f"{(shape, scale)}")
+        for name in ("ap_rate", "up_rate"):
+            low, high = getattr(self, name)
+            if not 0 <= low <= high:
+                raise InvalidInput(f"speed.{name}", f"needs 0 <= low <= high, got {(low, high)}")
+        if self.kind == "two-state" and self.ap_rate[1] <= 0:
+            raise InvalidInput("speed.ap_rate", "an available period must do some work")
+
+    def describe(self) -> str:
+        if self.kind == "gamma":
+            return f"gamma rates (shape {self.shape:g}, every {self.interval} slots), mean 1"
+        if self.kind == "constant":
+            return "constant rate 1"
+        return (f"two-state: available {self.ap_length[0] * self.ap_length[1]:g} slots at "
+                f"{self.ap_rate[0]:g}-{self.ap_rate[1]:g}, unavailable "
+                f"{self.up_length[0] * self.up_length[1]:g} slots at {self.up_rate[0]:g}-"
+                f"{self.up_rate[1]:g}, normalized to mean 1")
+
+    def mean_raw_rate(self) -> float:
+        """The long-run mean of the two-state rates before normalizing."""
+        ap = self.ap_length[0] * self.ap_length[1]
+        up = self.up_length[0] * self.up_length[1]
+        return (ap * sum(self.ap_rate) / 2 + up * sum(self.up_rate) / 2) / (ap + up)
+
+    def sample(self, machines: int, slots: int, seed: int | list[int]) -> np.ndarray:
+        """Rates of `machines` machines over `slots` slots: shape (slots, machines)."""
+        rng = np.random.default_rng(seed)
+        if self.kind == "constant":
+            return np.ones((slots, machines))
+        if self.kind == "gamma":
+            intervals = -(-slots // self.interval)
+            rates = rng.gamma(self.shape, 1.0 / self.shape, size=(intervals, machines))
+            return np.repeat(rates, self.interval, axis=0)[:slots]
+        rates = np.empty((slots, machines))
+        for machine in range(machines):
+            rates[:, machine] = self._two_state(rng, slots)
+        return rates / self.mean_raw_rate()
+
+    def _two_state(self, rng: np.random.Generator, slots: int) -> np.ndarray:
+        """One machine's rates: alternating periods, drawn a batch of cycles at a time."""
+        cycle = self.ap_length[0] * self.ap_length[1] + self.up_length[0] * self.up_length[1]
+        pieces, filled = [], 0
+        available_first = rng.random() < self._ap_share()
+        while filled < slots:
+            cycles = int((slots - filled) / cycle * 1.3) + 4
+            ap = rng.gamma(*self.ap_length, size=cycles)
+            up = rng.gamma(*self.up_length, size=cycles)
+            lengths = np.empty(2 * cycles)
+            rates = np.empty(2 * cycles)
+            first, second = (0, 1) if available_first else (1, 0)
+            lengths[first::2], lengths[second::2] = ap, up
+            rates[first::2] = rng.uniform(*self.ap_rate, size=cycles)
+            rates[second::2] = rng.uniform(*self.up_rate, size=cycles)
+            counts = np.maximum(1, np.rint(lengths)).astype(np.int64)
+            pieces.append(np.repeat(rates, counts))
+            filled += int(counts.sum())
+        return np.concatenate(pieces)[:slots]
+
+    def _ap_share(self) -> float:
+        ap = self.ap_length[0] * self.ap_length[1]
+        return ap / (ap + self.up_length[0] * self.up_length[1])
