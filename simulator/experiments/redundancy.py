@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     with (out / "table.txt").open("w") as file:
         Console(file=file, width=160).print(table)
     if args.html is not None:
-        _write_html(args.html, runs, policies, rates, table)
+        _write_html(args.html, runs, policies, rates, table, args.machines)
         print(f"report in {args.html}")
     print(f"results in {out}/ (results.json, table.txt); "
           f"{time.perf_counter() - started:.0f} s")
@@ -170,7 +170,8 @@ def _table(runs: list[dict], policies: list[str], rates: list[float]) -> Table:
     return table
 
 
-def _plots(runs: list[dict], policies: list[str], rates: list[float]) -> dict[str, bytes]:
+def _plots(runs: list[dict], policies: list[str], rates: list[float],
+           machines: int) -> dict[str, bytes]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -184,7 +185,7 @@ def _plots(runs: list[dict], policies: list[str], rates: list[float]) -> dict[st
         axes.errorbar(rates, means, yerr=errors, marker="o", capsize=3, label=policy,
                       linestyle="--" if policy.endswith("+r") else "-")
     axes.set(xlabel="arrival rate λ (jobs per time unit)", ylabel="mean flowtime",
-             title="Mean flowtime against load (100 machines of varying speed)")
+             title=f"Mean flowtime against load ({machines} machines of varying speed)")
     axes.grid(alpha=0.3)
     axes.legend()
     buffer = io.BytesIO()
@@ -209,13 +210,13 @@ def _plots(runs: list[dict], policies: list[str], rates: list[float]) -> dict[st
 
 
 def _write_html(path: Path, runs: list[dict], policies: list[str], rates: list[float],
-                table: Table) -> None:
+                table: Table, machines: int) -> None:
     console = Console(record=True, width=160, file=io.StringIO())
     console.print(table)
     images = "".join(
         f'<h2>{name[:-4].replace("_", " ")}</h2><img src="data:image/png;base64,'
         f'{base64.b64encode(data).decode()}">'
-        for name, data in _plots(runs, policies, rates).items())
+        for name, data in _plots(runs, policies, rates, machines).items())
     path.write_text(f"<!doctype html><meta charset='utf-8'><title>megha experiment "
                     f"redundancy</title><h1>Redundancy and machine variability</h1>"
                     f"<pre>{console.export_text()}</pre>{images}")
