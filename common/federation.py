@@ -117,6 +117,7 @@ from common.policies.local_queue import LOCAL_QUEUE_POLICIES
 from common.policies.placement import PLACEMENT_POLICIES
 from common.policies.registry import Registry
 from common.resources import Resources
+from common.speed import SpeedModel
 
 # -- machine-constraint profiles -------------------------------------------------------------
 
@@ -220,6 +221,12 @@ def _sampling_ratio(value: object) -> float | str:
             or not (math.isfinite(value) and 0 < value <= 1)):
         raise _refused(f'must be a fraction in (0, 1] or "adaptive", got {value!r}')
     return float(value)
+
+
+def _speed_model_name(value: str) -> str:
+    if value not in ("none", "two-state", "gamma"):
+        raise _refused(f'must be "none", "two-state" or "gamma", got {value!r}')
+    return value
 
 
 Identifier = Annotated[str, AfterValidator(_identifier)]
@@ -402,6 +409,37 @@ class _LMEntry(_Table):
     nodes: Nodes
 
 
+class Variability(_Table):
+    """Machine service variability: each node's speed over time (common/speed.py). With a
+    model, a task's wall runtime is the time its node takes to do its duration of work."""
+
+    model: Annotated[str, AfterValidator(_speed_model_name)] = "none"
+    shape: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 2.0  # gamma: rate's shape
+    interval: Seconds = 10.0  # gamma: how long a rate lasts
+    ap_length: list[float] = Field(default_factory=lambda: [2.0, 20.0])  # Gamma shape, scale
+    up_length: list[float] = Field(default_factory=lambda: [2.0, 5.0])
+    ap_rate: list[float] = Field(default_factory=lambda: [0.5, 1.5])  # uniform low, high
+    up_rate: list[float] = Field(default_factory=lambda: [0.0, 0.2])
+
+    @model_validator(mode="after")
+    def _valid(self) -> Variability:
+        for key in ("ap_length", "up_length", "ap_rate", "up_rate"):
+            if len(getattr(self, key)) != 2:
+                raise _refused(f"needs two numbers, got {getattr(self, key)}", key=key)
+        try:
+            self.speed_model()
+        except InvalidInput as error:
+            raise _refused(error.message, key=error.field.rsplit(".", 1)[-1]) from None
+        return self
+
+    def speed_model(self) -> SpeedModel | None:
+        if self.model == "none":
+            return None
+        return SpeedModel(kind=self.model, shape=self.shape, interval=self.interval,
+                          ap_length=tuple(self.ap_length), up_length=tuple(self.up_length),
+                          ap_rate=tuple(self.ap_rate), up_rate=tuple(self.up_rate))
+
+
 class _FederationFile(_Table):
     """The whole file; keys in the order of the shape in this module's docstring."""
 
@@ -411,6 +449,7 @@ class _FederationFile(_Table):
     timing: Timing = Field(default_factory=Timing)
     limits: Limits = Field(default_factory=Limits)
     policies: Policies = Field(default_factory=Policies)
+    variability: Variability = Field(default_factory=Variability)
     queues: list[_QueueEntry]
     lms: list[_LMEntry]
 
@@ -442,6 +481,7 @@ class Federation:
     timing: Timing = field(default_factory=Timing)
     policies: Policies = field(default_factory=Policies)
     limits: Limits = field(default_factory=Limits)
+    variability: Variability = field(default_factory=Variability)
     num_constraints: int = DEFAULT_NUM_CONSTRAINTS
     seed: int = 0
     # Lookups built once; the topologies (bit-vectors) are built on first use, because an LM
@@ -620,6 +660,7 @@ def load_federation(text: str, source: str = "<text>") -> Federation:
         queues=tuple(UserQueue(queue.name, queue.share, queue.gm) for queue in parsed.queues),
         timing=parsed.timing,
         policies=parsed.policies,
+        variability=parsed.variability,
         limits=parsed.limits,
         num_constraints=parsed.num_constraints,
         seed=parsed.seed,

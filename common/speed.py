@@ -17,11 +17,15 @@ start of each slot.
   cites describe.
 
 `SpeedModel.sample(machines, slots, seed)` gives the (slots x machines) array of rates; the
-same seed gives the same rates, whatever the scheduler does with them.
+same seed gives the same rates, whatever the scheduler does with them. `NodeSpeed` is one
+node's process in continuous time, for the worker agents of the federated cluster (the
+federation file's `[variability]`): a task's wall runtime is the time its node takes to do its
+nominal duration of work.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +37,7 @@ from common.errors import InvalidInput
 class SpeedModel:
     kind: str = "two-state"  # "two-state", "gamma" or "constant"
     shape: float = 2.0  # gamma: the rate's shape
-    interval: int = 10  # gamma: slots a rate lasts
+    interval: float = 10  # gamma: slots (seconds, for a node) a rate lasts
     ap_length: tuple[float, float] = (2.0, 20.0)  # two-state: AP length, Gamma (shape, scale)
     up_length: tuple[float, float] = (2.0, 5.0)  # UP length, Gamma (shape, scale)
     ap_rate: tuple[float, float] = (0.5, 1.5)  # uniform rate bounds in an AP
@@ -45,8 +49,8 @@ class SpeedModel:
                                         f"{self.kind!r}")
         if not self.shape > 0:
             raise InvalidInput("speed.shape", f"must be > 0, got {self.shape}")
-        if not self.interval >= 1:
-            raise InvalidInput("speed.interval", f"must be >= 1, got {self.interval}")
+        if not self.interval > 0:
+            raise InvalidInput("speed.interval", f"must be > 0, got {self.interval}")
         for name in ("ap_length", "up_length"):
             shape, scale = getattr(self, name)
             if not (shape > 0 and scale > 0):
@@ -61,12 +65,12 @@ class SpeedModel:
 
     def describe(self) -> str:
         if self.kind == "gamma":
-            return f"gamma rates (shape {self.shape:g}, every {self.interval} slots), mean 1"
+            return f"gamma rates (shape {self.shape:g}, every {self.interval:g} time units), mean 1"
         if self.kind == "constant":
             return "constant rate 1"
-        return (f"two-state: available {self.ap_length[0] * self.ap_length[1]:g} slots at "
+        return (f"two-state: available {self.ap_length[0] * self.ap_length[1]:g} time units at "
                 f"{self.ap_rate[0]:g}-{self.ap_rate[1]:g}, unavailable "
-                f"{self.up_length[0] * self.up_length[1]:g} slots at {self.up_rate[0]:g}-"
+                f"{self.up_length[0] * self.up_length[1]:g} at {self.up_rate[0]:g}-"
                 f"{self.up_rate[1]:g}, normalized to mean 1")
 
     def mean_raw_rate(self) -> float:
@@ -81,9 +85,10 @@ class SpeedModel:
         if self.kind == "constant":
             return np.ones((slots, machines))
         if self.kind == "gamma":
-            intervals = -(-slots // self.interval)
+            interval = max(1, round(self.interval))
+            intervals = -(-slots // interval)
             rates = rng.gamma(self.shape, 1.0 / self.shape, size=(intervals, machines))
-            return np.repeat(rates, self.interval, axis=0)[:slots]
+            return np.repeat(rates, interval, axis=0)[:slots]
         rates = np.empty((slots, machines))
         for machine in range(machines):
             rates[:, machine] = self._two_state(rng, slots)
@@ -112,3 +117,63 @@ class SpeedModel:
     def _ap_share(self) -> float:
         ap = self.ap_length[0] * self.ap_length[1]
         return ap / (ap + self.up_length[0] * self.up_length[1])
+
+
+class NodeSpeed:
+    """One node's rate over continuous time (seconds in the federated cluster), drawn period
+    by period as time goes on, from its own seeded stream: `time_to_do(start, work)` is how
+    long `work` seconds of nominal work take when started at `start`. Start times must not go
+    back (a node's clock only moves forward); periods before the latest start are dropped."""
+
+    __slots__ = ("model", "rng", "available", "norm", "_ends", "_rates", "_first")
+
+    def __init__(self, model: SpeedModel, seed: str) -> None:
+        import random
+
+        self.model = model
+        self.rng = random.Random(seed)  # a str seed hashes the same in every process
+        self.norm = model.mean_raw_rate() if model.kind == "two-state" else 1.0
+        self.available = self.rng.random() < model._ap_share()
+        self._ends: list[float] = []
+        self._rates: list[float] = []
+        self._first = 0  # periods before this index ended before the latest start
+
+    def _draw(self) -> None:
+        model, rng = self.model, self.rng
+        start = self._ends[-1] if self._ends else 0.0
+        if model.kind == "constant":
+            length, rate = math.inf, 1.0
+        elif model.kind == "gamma":
+            length, rate = float(model.interval), rng.gammavariate(model.shape, 1 / model.shape)
+        else:
+            shape, scale = model.ap_length if self.available else model.up_length
+            low, high = model.ap_rate if self.available else model.up_rate
+            length = max(1e-3, rng.gammavariate(shape, scale))
+            rate = rng.uniform(low, high) / self.norm
+            self.available = not self.available
+        self._ends.append(start + length)
+        self._rates.append(rate)
+
+    def time_to_do(self, start: float, work: float) -> float:
+        ends, rates = self._ends, self._rates
+        i = self._first
+        while True:
+            if i == len(ends):
+                self._draw()
+            if ends[i] > start:
+                break
+            i += 1
+        if i > 1000:  # forget the periods before this start now and then
+            del ends[:i], rates[:i]
+            i = 0
+        self._first = i
+        t, left = start, work
+        while True:
+            if i == len(ends):
+                self._draw()
+            rate, end = rates[i], ends[i]
+            if rate > 0 and left <= rate * (end - t):
+                return t + left / rate - start
+            left -= rate * (end - t)
+            t = end
+            i += 1

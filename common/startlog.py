@@ -21,7 +21,15 @@ def gm_starting(federation: Federation, gm: str, epoch: int) -> dict:
             "users": sorted(q.name for q in federation.queues if q.gm == gm),
             "shares": {q.name: q.share for q in federation.queues if q.gm == gm},
             "policies": {"job": policies.job, "fairness": policies.fairness,
-                         "placement": policies.placement, "local_queue": policies.local_queue}}
+                         "placement": policies.placement, "local_queue": policies.local_queue}
+            } | variability(federation)
+
+
+def variability(federation: Federation) -> dict:
+    """How nodes' speeds vary, when they do (the model and the seed its streams come from)."""
+    model = federation.variability.speed_model()
+    return {} if model is None else {"variability": model.describe(),
+                                     "variability_seed": federation.seed}
 
 
 def lm_capacity(federation: Federation, lm: str) -> dict:

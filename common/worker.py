@@ -26,6 +26,7 @@ from common.models import NodeSpec, validate_node
 from common.policies.local_queue import LOCAL_QUEUE_POLICIES, LocalQueue
 from common.reasons import Reason
 from common.resources import ZERO, Resources
+from common.speed import NodeSpeed, SpeedModel
 from common.step import Step
 from common.story import TransitionLog
 
@@ -64,6 +65,7 @@ class _NodeState:
     free_mem: int
     running: dict[str, Placement]
     queue: LocalQueue
+    speed: NodeSpeed | None = None  # its service rate over time, if the federation varies it
 
     @property
     def free(self) -> Resources:
@@ -91,6 +93,8 @@ class WorkerAgent:
         max_queue: int = 10_000,
         story_len: int = 10_000,
         ended_memory: int = DEFAULT_ENDED_MEMORY,
+        speed: SpeedModel | None = None,
+        speed_seed: int = 0,
     ) -> None:
         if not worker_id:
             raise InvalidInput("worker_id", "must be a non-empty string")
@@ -111,8 +115,9 @@ class WorkerAgent:
                 raise InvalidInput(
                     f"nodes[{index}].worker", f"{node.worker!r} is not this worker {worker_id!r}"
                 )
-            self._nodes[node.node_id] = _NodeState(node, node.capacity.cpu_m,
-                                                   node.capacity.mem_mib, {}, queue_class())
+            self._nodes[node.node_id] = _NodeState(
+                node, node.capacity.cpu_m, node.capacity.mem_mib, {}, queue_class(),
+                None if speed is None else NodeSpeed(speed, f"{speed_seed}/{node.node_id}"))
         self._live: dict[str, _LiveAttempt] = {}
         # terminal states of recent attempts: refuses late duplicates with flat memory
         self._ended: OrderedDict[str, AttemptState] = OrderedDict()
@@ -258,10 +263,14 @@ class WorkerAgent:
         node.free_mem -= demand.mem_mib
         node.running[attempt_id] = placement
         self._live[attempt_id] = _LiveAttempt(placement, AttemptState.RUNNING, now)
-        fields = self._fields(placement, duration=placement.task.duration,
+        duration = placement.task.duration
+        fields = self._fields(placement, duration=duration,
                              queued_seconds=queued_seconds, priority=placement.priority,
                              pilot=placement.pilot)
-        step.emit(RunTask(attempt_id, node.spec.node_id, duration=placement.task.duration))
+        if node.speed is not None and duration is not None:
+            # a varying node: its duration is work, the run lasts what the node takes to do it
+            duration = fields["run_for"] = node.speed.time_to_do(now, duration)
+        step.emit(RunTask(attempt_id, node.spec.node_id, duration=duration))
         step.emit(ReportToLM(Reason.STARTED, attempt_id, at=now))
         step.emit(Log("task_started", fields))
 

@@ -112,7 +112,9 @@ class WorkerService:
         self.log = log or EventLog(worker_id)
         self.nodes = federation.worker_nodes(worker_id)
         self.core = WorkerAgent(worker_id, self.nodes,
-                                queue_policy=federation.policies.local_queue)
+                                queue_policy=federation.policies.local_queue,
+                                speed=federation.variability.speed_model(),
+                                speed_seed=federation.seed)
         self.runner = CoreRunner(self.core, worker_id, self.log)
         # attempt id -> what holds its resources: a timer, or a task (burn_cpu, no duration)
         self.runs: dict[str, asyncio.TimerHandle | asyncio.Task] = {}

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from common.errors import InvalidInput
-from common.federation import Federation
+from common.federation import Federation, Variability
 from common.policies.job import JOB_POLICIES
 from loadgen.sources import add_workload_arguments, build_workload, load_config
 from simulator.baselines import DEFAULT_PROBE_RATIO, RandomSimulation, SparrowSimulation
@@ -62,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--job-policy", choices=JOB_POLICIES.names(), default=None,
                      help="megha and centralized: the GMs' job policy (default: the "
                           "federation file's; fifo for --nodes)")
+    sim.add_argument("--variability", choices=("none", "two-state", "gamma"), default=None,
+                     help="megha and centralized: how nodes' speeds vary, with its defaults "
+                          "(default: the federation file's [variability]; none for --nodes)")
     sim.add_argument("--probe-ratio", type=float, default=DEFAULT_PROBE_RATIO,
                      help="sparrow: probes per task (default 2)")
     sim.add_argument("--log", type=Path, default=None,
@@ -86,7 +89,7 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
                                               "([timing]) or use --nodes")
         if args.slots:
             raise InvalidInput("--slots", "slot mode needs a generated cluster: give --nodes")
-        return with_job_policy(federation, args.job_policy), path
+        return with_job_policy(federation, args.job_policy, args.variability), path
     if args.config is not None:
         raise InvalidInput("--nodes", "give either --config or --nodes, not both")
     node = parse_node(args.node)
@@ -94,16 +97,20 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
     federation = shaped_federation(
         args.nodes, gms, lms, slots=args.slots, node=node, nodes_per_worker=args.nodes_per_worker,
         heartbeat_interval=10.0 if args.heartbeat is None else args.heartbeat, seed=args.seed)
-    return (with_job_policy(federation, args.job_policy),
+    return (with_job_policy(federation, args.job_policy, args.variability),
             f"{args.nodes} nodes, {gms} GMs, {lms} LMs")
 
 
-def with_job_policy(federation: Federation, job_policy: str | None) -> Federation:
-    """`federation` with its GMs' job policy replaced (`--job-policy`), if one is given."""
-    if job_policy is None:
-        return federation
-    policies = federation.policies.model_copy(update={"job": job_policy})
-    return dataclasses.replace(federation, policies=policies)
+def with_job_policy(federation: Federation, job_policy: str | None,
+                    variability: str | None = None) -> Federation:
+    """`federation` with its GMs' job policy (`--job-policy`) and its nodes' speed model
+    (`--variability`, with that model's defaults) replaced, where given."""
+    if job_policy is not None:
+        policies = federation.policies.model_copy(update={"job": job_policy})
+        federation = dataclasses.replace(federation, policies=policies)
+    if variability is not None:
+        federation = dataclasses.replace(federation, variability=Variability(model=variability))
+    return federation
 
 
 def parse_node(text: str) -> tuple[int, int]:

@@ -95,8 +95,10 @@ class FederatedSimulation:
         self.lms = {t.lm: _Actor(t.lm, LocalMaster(t, heartbeat_interval=timing.heartbeat_interval,
                                                    worker_timeout=math.inf))
                     for t in topologies}
+        speed = federation.variability.speed_model()
         self.workers = {worker: _Actor(worker, WorkerAgent(
-            worker, federation.worker_nodes(worker), queue_policy=federation.policies.local_queue))
+            worker, federation.worker_nodes(worker), queue_policy=federation.policies.local_queue,
+            speed=speed, speed_seed=federation.seed))
             for worker in federation.workers()}
         self.worker_lm = federation.workers()
         self.queue_gm = {queue.name: queue.gm for queue in federation.queues}

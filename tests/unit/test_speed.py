@@ -1,0 +1,112 @@
+"""Machine service variability in the federated cluster: a node's speed process
+(common/speed.py NodeSpeed), the federation file's [variability], the worker agent's runs, and
+a simulation that stays repeatable with it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common.errors import InvalidInput
+from common.events import TaskAssigned
+from common.federation import load_federation
+from common.messages import Placement
+from common.models import NodeSpec, TaskSpec
+from common.resources import Resources
+from common.speed import NodeSpeed, SpeedModel
+from common.worker import WorkerAgent
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_work_is_integrated_over_the_node_s_rate_periods() -> None:
+    node = NodeSpeed(SpeedModel(), "hand")
+    node._ends, node._rates = [10.0, 15.0, 30.0], [1.0, 0.0, 2.0]  # then drawn as needed
+    assert node.time_to_do(0.0, 4.0) == 4.0
+    assert node.time_to_do(8.0, 4.0) == pytest.approx(2 + 5 + 1)  # 2 done, stopped 5, 2 at x2
+    assert node.time_to_do(12.0, 10.0) == pytest.approx(3 + 5)  # waits out the stop
+    assert NodeSpeed(SpeedModel(kind="constant"), "c").time_to_do(5.0, 7.0) == 7.0
+
+
+@pytest.mark.parametrize("model", [SpeedModel(), SpeedModel(kind="gamma", shape=3, interval=4)])
+def test_a_node_s_long_run_rate_is_one_and_its_seed_fixes_it(model) -> None:
+    def run(seed: str) -> list[float]:
+        node, t, took = NodeSpeed(model, seed), 0.0, []
+        for _ in range(5000):
+            took.append(node.time_to_do(t, 10.0))
+            t += took[-1]
+        return took
+
+    took = run("s/n1")
+    assert 5000 * 10.0 / sum(took) == pytest.approx(1.0, abs=0.06)
+    assert min(took) < 10.0 < max(took)  # faster and slower than nominal
+    assert run("s/n1") == took and run("s/n2") != took
+
+
+FILE = """\
+gms = ["g1"]
+seed = 4
+{variability}
+[[queues]]
+name = "a"
+share = 1.0
+gm = "g1"
+
+[[lms]]
+id = "l1"
+nodes = {{ count = 2, cpu_m = 1000, mem_mib = 1024 }}
+"""
+
+
+def test_the_federation_file_chooses_a_speed_model_and_refuses_bad_ones() -> None:
+    assert load_federation(FILE.format(variability="")).variability.speed_model() is None
+    federation = load_federation(FILE.format(
+        variability='[variability]\nmodel = "gamma"\nshape = 4.0\ninterval = 30.0\n'))
+    model = federation.variability.speed_model()
+    assert (model.kind, model.shape, model.interval) == ("gamma", 4.0, 30.0)
+    for table, field in (('model = "fast"', "variability.model"),
+                         ('model = "two-state"\nup_rate = [0.5, 0.1]', "variability.up_rate"),
+                         ('model = "two-state"\nap_length = [1.0]', "variability.ap_length")):
+        with pytest.raises(InvalidInput) as caught:
+            load_federation(FILE.format(variability=f"[variability]\n{table}\n"))
+        assert caught.value.field == field, caught.value
+
+
+def test_a_varying_worker_runs_a_task_for_what_its_node_takes() -> None:
+    node = NodeSpec("l1/n0", "l1", "l1/w0", Resources(1000, 1024), frozenset())
+    task = TaskSpec("j/0", "j", Resources(1000, 1024), frozenset(), 50.0)
+    placement = Placement("j/0#0.1", task, "l1/n0", "g1", "a", 0.0, False)
+    runs = {}
+    for speed in (None, SpeedModel()):
+        worker = WorkerAgent("l1/w0", [node], speed=speed, speed_seed=4)
+        commands = worker.handle(TaskAssigned("s", placement), 0.0)
+        [run] = [c for c in commands if type(c).__name__ == "RunTask"]
+        [log] = [c for c in commands if type(c).__name__ == "Log"
+                 and c.event == "task_started"]
+        runs[speed is None] = (run.duration, log.fields)
+    assert runs[True][0] == 50.0 and "run_for" not in runs[True][1]
+    expected = NodeSpeed(SpeedModel(), "4/l1/n0").time_to_do(0.0, 50.0)
+    assert runs[False][0] == expected != 50.0
+    assert runs[False][1]["run_for"] == expected and runs[False][1]["duration"] == 50.0
+
+
+def test_a_simulation_with_variability_repeats_its_bytes_and_logs_its_model(tmp_path) -> None:
+    logs = []
+    for name in ("a", "b"):
+        log = tmp_path / f"{name}.log"
+        done = subprocess.run(
+            [sys.executable, "-m", "megha", "simulate", "--nodes", "60", "--gms", "2", "--lms",
+             "2", "--slots", "--trace", "deploy/workloads/YH1_sub.tr", "--jobs", "25",
+             "--duration-scale", "0.01", "--variability", "two-state", "--log", str(log)],
+            capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        logs.append(log.read_bytes())
+    assert logs[0] == logs[1]
+    events = [json.loads(line) for line in logs[0].decode().splitlines()]
+    assert "two-state" in events[0]["variability"]
+    started = [e for e in events if e["event"] == "task_started"]
+    assert started and all(e["run_for"] != e["duration"] for e in started)
