@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from common.errors import InvalidInput
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,8 @@ class SpeedModel:
 
     def sample(self, machines: int, slots: int, seed: int | list[int]) -> np.ndarray:
         """Rates of `machines` machines over `slots` slots: shape (slots, machines)."""
+        import numpy as np  # the simulator's; the services' images carry no numpy
+
         rng = np.random.default_rng(seed)
         if self.kind == "constant":
             return np.ones((slots, machines))
@@ -96,6 +100,8 @@ class SpeedModel:
 
     def _two_state(self, rng: np.random.Generator, slots: int) -> np.ndarray:
         """One machine's rates: alternating periods, drawn a batch of cycles at a time."""
+        import numpy as np
+
         cycle = self.ap_length[0] * self.ap_length[1] + self.up_length[0] * self.up_length[1]
         pieces, filled = [], 0
         available_first = rng.random() < self._ap_share()

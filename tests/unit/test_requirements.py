@@ -50,3 +50,18 @@ def test_declared_dependency_is_pinned(req):
     assert Version(pinned[norm(req.name)]) in req.specifier, (
         f"{req.name}=={pinned[norm(req.name)]} does not satisfy pyproject.toml's {req}"
     )
+
+
+def test_the_services_and_the_load_generator_import_without_the_extras():
+    """The image has no numpy, scipy or matplotlib (the simulator's and inspect's extras):
+    nothing a service or `megha replay` imports may need them, even indirectly."""
+    import subprocess
+    import sys
+
+    blocked = ("import sys\n"
+               "for name in ('numpy', 'scipy', 'matplotlib'):\n"
+               "    sys.modules[name] = None\n")
+    imports = "import services.gm, services.lm, services.worker, loadgen.command, loadgen.replay"
+    done = subprocess.run([sys.executable, "-c", blocked + imports], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
