@@ -470,3 +470,13 @@ def test_a_federation_built_in_code_is_checked_too() -> None:
         Federation(("g1",), (lm, lm), (UserQueue("a", 1.0, "g1"),))
     assert error.value.field == "lms[1].id"
     assert Federation(("g1",), (lm,), (UserQueue("a", 1.0, "g1"),)).queue_gm("a") == "g1"
+
+
+def test_the_slearn_testbed_file_is_the_testbed_file_but_for_its_job_policy() -> None:
+    root = Path(__file__).resolve().parents[2] / "deploy"
+    plain = (root / "federation.toml").read_text().splitlines()
+    header, *slearn = (root / "federation-slearn.toml").read_text().splitlines()
+    assert header.startswith("# federation.toml with SLearn's job policy")
+    differing = [(a.split("#")[0].strip(), b.split("#")[0].strip())
+                 for a, b in zip(plain, slearn, strict=True) if a != b]
+    assert differing == [('job = "fifo"', 'job = "slearn"')]
