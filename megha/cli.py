@@ -25,8 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "run a workload on a simulated cluster (10k to 50k nodes) under the federated "
                  "core, a centralized one, Sparrow or random placement"),
     "experiment": ("simulator.experiments",
-                   "the paper's simulation studies: baselines, cluster size, GMs and LMs, "
-                   "heartbeat interval"),
+                   "the papers' simulation studies: baselines, cluster size, GMs and LMs, "
+                   "heartbeat interval, SLearn's predictors, redundancy (SRPT+R)"),
     "synth": ("loadgen.synth_command",
               "build a workload (trace, Alibaba or Poisson; constraints, resources, users) "
               "and save it as a job file"),
