@@ -62,7 +62,6 @@ from common.pending import Backlog
 from common.placer import Match, Placer
 from common.policies.fairness import FAIRNESS_POLICIES
 from common.policies.job import JOB_POLICIES, JobProgress
-from common.policies.jobs.ladder import THIN_LIMIT
 from common.policies.placement import PLACEMENT_POLICIES
 from common.reasons import Reason
 from common.step import Step
@@ -478,31 +477,19 @@ class GlobalMaster:
         for task in job.tasks:
             self._tasks.pop(task.spec.task_id, None)
         event = "job_done" if job.state is JobState.DONE else "job_failed"
-        fields = {"job": spec.job_id, "user": spec.user, "gm": self.gm,
-                  "tasks": len(job.tasks), "arrival": spec.arrival, "reason": job.reason}
-        ladder = self.policy.ladder
-        if ladder is not None:
-            progress = job.progress
-            if job.state is JobState.DONE:
-                self.policy.job_finished(progress, step.now)
-            fields |= {"predictor": self.policy.name, "estimate": progress.estimate,
-                       "work": progress.attained, "level": job.level,
-                       "true_level": ladder.level_of(progress.attained),
-                       "thin": progress.num_tasks < (getattr(self.policy, "thin_threshold", None)
-                                                     or THIN_LIMIT),
-                       "sampling_ratio": progress.sampling_ratio}
-        step.emit(Log(event, fields))
+        if job.state is JobState.DONE:
+            self.policy.job_finished(job.progress, step.now)
+        step.emit(Log(event, {"job": spec.job_id, "user": spec.user, "gm": self.gm,
+                              "tasks": len(job.tasks), "arrival": spec.arrival,
+                              "reason": job.reason} | self.policy.ended_fields(job.progress)))
         step.emit(JobEnded(spec.job_id, spec.user, str(job.state), job.reason))
         forgotten = self._ended.append(spec.job_id)
         if forgotten is not None:
             self.jobs.pop(forgotten, None)
 
     def _log_estimate(self, job: JobRecord, step: Step) -> None:
-        progress = job.progress
-        step.emit(Log("job_estimated", {
-            "job": job.spec.job_id, "user": job.spec.user, "gm": self.gm,
-            "predictor": self.policy.name, "estimate": progress.estimate, "level": job.level,
-            "sampling_ratio": progress.sampling_ratio, "pilots": len(progress.pilots)}))
+        step.emit(Log("job_estimated", {"job": job.spec.job_id, "user": job.spec.user,
+                                        "gm": self.gm} | self.policy.estimate_fields(job.progress)))
 
     def _adopt_orphan(self, task: TaskRecord, step: Step) -> None:
         """An attempt of this GM's earlier incarnation still runs the task: take it back."""

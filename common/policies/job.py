@@ -125,6 +125,12 @@ class FifoPolicy:
         work = job.estimated_remaining_work
         return job.arrival if work is None else work
 
+    def estimate_fields(self, job: JobProgress) -> dict:
+        return {}
+
+    def ended_fields(self, job: JobProgress) -> dict:
+        return {}
+
 
 # the size-learning policies register themselves on import
 from common.policies.jobs import predictors as _predictors  # noqa: E402,F401

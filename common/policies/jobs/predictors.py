@@ -12,7 +12,7 @@ from collections.abc import Callable
 from common.errors import InvalidInput
 from common.policies.job import JOB_POLICIES, JobProgress
 from common.policies.jobs.history import RuntimeHistory, expected, features, point
-from common.policies.jobs.ladder import QueueLadder
+from common.policies.jobs.ladder import THIN_LIMIT, QueueLadder
 from common.policies.jobs.sampling import AdaptiveSampling
 
 
@@ -49,6 +49,17 @@ class LadderPolicy:
         # its own estimate only: a trace's per-task estimate would be a second predictor
         per_task = job.estimated_task_duration
         return job.arrival if per_task is None else per_task * job.remaining
+
+    def estimate_fields(self, job: JobProgress) -> dict:
+        return {"predictor": self.name, "estimate": job.estimate, "level": job.level,
+                "sampling_ratio": job.sampling_ratio, "pilots": len(job.pilots)}
+
+    def ended_fields(self, job: JobProgress) -> dict:
+        """The estimate beside the truth: the work its tasks measured, and its queue."""
+        thin = getattr(self, "thin_threshold", None) or THIN_LIMIT
+        return {"predictor": self.name, "estimate": job.estimate, "work": job.attained,
+                "level": job.level, "true_level": self.ladder.level_of(job.attained),
+                "thin": job.num_tasks < thin, "sampling_ratio": job.sampling_ratio}
 
     def _estimated(self, job: JobProgress, work: float) -> None:
         """The job's size is now estimated at `work`: it moves to that level."""
