@@ -155,6 +155,8 @@ class RunAnalysis:
     first_estimates: dict[str, tuple[float, float | None, str]] = field(
         default_factory=dict)  # job -> (ts, estimate, predictor) of its first job_estimated
     sampling: dict[str, float] = field(default_factory=dict)  # job -> slearn's sampling ratio
+    # node speed variability: each varied run's wall time over its nominal duration
+    run_ratios: list[float] = field(default_factory=list)
 
     def feed(self, event: dict) -> None:
         handler = _HANDLERS.get(event["event"])
@@ -176,7 +178,8 @@ class RunAnalysis:
             "jct": self._jct(),
             "counts": self._counts(),
             "fairness": self._fairness(),
-        } | ({"estimation": self._estimation()} if self.estimated else {})
+        } | ({"estimation": self._estimation()} if self.estimated else {}) | (
+            {"variability": summary(self.run_ratios)} if self.run_ratios else {})
 
     def _first_starts(self) -> dict[str, _Attempt]:
         first: dict[str, _Attempt] = {}
@@ -438,7 +441,12 @@ def _started(run: RunAnalysis, e: dict) -> None:
     if attempt.received is None:  # started at once: received and started by one event
         attempt.received, attempt.received_h = e["ts"], float(e.get("handle_s", 0.0))
     job = run.jobs[e["job"]]
-    job.longest_task = max(job.longest_task, float(e.get("duration") or 0.0))
+    duration = float(e.get("duration") or 0.0)
+    run_for = e.get("run_for")  # on a node whose speed varies: how long the run lasts
+    if run_for is not None and duration > 0:
+        run.run_ratios.append(float(run_for) / duration)
+        duration = float(run_for)
+    job.longest_task = max(job.longest_task, duration)
 
 
 def _lm_end(run: RunAnalysis, e: dict) -> None:

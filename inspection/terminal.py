@@ -124,6 +124,9 @@ def render_run(console: Console, run: dict, read: dict) -> None:
     if jct["slowdown"].get("count"):
         console.print(_stats_table("slowdown (JCT / the job's longest task)",
                                    {"all jobs": jct["slowdown"]}, "x"))
+    if "variability" in run:
+        console.print(_stats_table("node speed variability (a run's wall time / its duration)",
+                                   {"tasks started": run["variability"]}, "x"))
     counts = run["counts"]
     table = Table(title="counts", title_justify="left")
     table.add_column("what")

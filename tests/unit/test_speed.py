@@ -19,6 +19,7 @@ from common.models import NodeSpec, TaskSpec
 from common.resources import Resources
 from common.speed import NodeSpeed, SpeedModel
 from common.worker import WorkerAgent
+from inspection.command import analyse
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,3 +111,11 @@ def test_a_simulation_with_variability_repeats_its_bytes_and_logs_its_model(tmp_
     assert "two-state" in events[0]["variability"]
     started = [e for e in events if e["event"] == "task_started"]
     assert started and all(e["run_for"] != e["duration"] for e in started)
+    report, _ = analyse("varied", [str(tmp_path / "a.log")])
+    ratios = [e["run_for"] / e["duration"] for e in started]
+    assert report["variability"]["count"] == len(started)
+    assert report["variability"]["max"] == pytest.approx(max(ratios))
+    plain = tmp_path / "plain.log"  # the same run's start lines without the speed model's
+    plain.write_text("".join(json.dumps({k: v for k, v in e.items() if k != "run_for"}) + "\n"
+                             for e in events if e["event"] in ("job_arrived", "task_started")))
+    assert "variability" not in analyse("plain", [str(plain)])[0]
