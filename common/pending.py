@@ -250,14 +250,15 @@ class Backlog:
     def _pending(self, job: JobRecord) -> WaitingIndex:
         return self.levels[job.level]
 
+    def _index_of(self, task: TaskRecord) -> WaitingIndex:
+        """Where a waiting task is kept: held, or its job's level."""
+        return self.held if task.state is TaskState.HELD else self.levels[task.job.level]
+
     # -- tasks in and out ---------------------------------------------------------------------
 
     def add(self, task: TaskRecord) -> None:
         """A new task of a job (held or pending, as the job policy chose)."""
-        if task.state is TaskState.HELD:
-            self.held.push(task)
-        else:
-            self._pending(task.job).push(task)
+        self._index_of(task).push(task)
 
     def requeue(self, task: TaskRecord) -> None:
         """A task back from an attempt: first of its job's pending tasks."""
@@ -270,10 +271,7 @@ class Backlog:
 
     def remove(self, task: TaskRecord) -> None:
         """A waiting task stops waiting without being placed (it finished, or was adopted)."""
-        if task.state is TaskState.HELD:
-            self.held.remove(task)
-        else:
-            self._pending(task.job).remove(task)
+        self._index_of(task).remove(task)
 
     def drop(self, job: JobRecord) -> None:
         """The job ended: nothing of it waits any more."""

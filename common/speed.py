@@ -26,6 +26,7 @@ nominal duration of work.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -134,8 +135,6 @@ class NodeSpeed:
     __slots__ = ("model", "rng", "available", "norm", "_ends", "_rates", "_first")
 
     def __init__(self, model: SpeedModel, seed: str) -> None:
-        import random
-
         self.model = model
         self.rng = random.Random(seed)  # a str seed hashes the same in every process
         self.norm = model.mean_raw_rate() if model.kind == "two-state" else 1.0

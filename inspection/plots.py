@@ -24,12 +24,12 @@ WIDE = (8.0, 4.5)  # inches at DPI: 800 x 450 pixels
 LOG_SPAN = 100.0  # a log axis once the largest value is this many times the smallest
 
 
-def _run_style(index: int) -> dict:
+def run_style(index: int) -> dict:
     """Colour and dash of a run's curve: runs that coincide stay visible under each other."""
     return {"color": f"C{index % 10}", "linestyle": ("-", "--", ":", "-.")[index % 4]}
 
 
-def _new_figure(size: tuple[float, float] = WIDE) -> Figure:
+def new_figure(size: tuple[float, float] = WIDE) -> Figure:
     figure = Figure(figsize=size, dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
     return figure
@@ -40,20 +40,22 @@ def _spans_decades(values: list[float]) -> bool:
     return bool(positive) and max(positive) / min(positive) > LOG_SPAN
 
 
-def _cdf_plot(runs: list[dict], section: str, scale: float, title: str,
-              xlabel: str) -> Figure | None:
-    curves = [(i, run["name"], run.get(section, {}).get("cdf")) for i, run in enumerate(runs)]
+def cdf_plot(runs: list[dict], cdf_of: Callable[[dict], dict | None], scale: float,
+             title: str, xlabel: str, log: bool | None = None) -> Figure | None:
+    """Each run's CDF (`cdf_of(run)`: {"x": [...], "y": [...]}, x times `scale`) overlaid;
+    a log x axis when `log`, or, left None, when the values span decades."""
+    curves = [(i, run["name"], cdf_of(run)) for i, run in enumerate(runs)]
     curves = [(i, name, cdf) for i, name, cdf in curves if cdf and cdf["x"]]
     if not curves:
         return None
-    figure = _new_figure()
+    figure = new_figure()
     axes = figure.add_subplot()
     every_x: list[float] = []
     for index, name, cdf in curves:
         x = [value * scale for value in cdf["x"]]
         every_x += x
-        axes.step(x, cdf["y"], where="post", label=name, **_run_style(index))
-    if _spans_decades(every_x):
+        axes.step(x, cdf["y"], where="post", label=name, **run_style(index))
+    if log or (log is None and _spans_decades(every_x)):
         axes.set_xscale("log")  # values at 0 are not drawn on it: they are below any decade
     axes.set_title(title)
     axes.set_xlabel(xlabel)
@@ -64,14 +66,21 @@ def _cdf_plot(runs: list[dict], section: str, scale: float, title: str,
     return figure
 
 
+def png_bytes(figure: Figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
 def allocation_cdf(runs: list[dict]) -> Figure | None:
-    return _cdf_plot(runs, "allocation", 1000.0,
+    return cdf_plot(runs, lambda run: run.get("allocation", {}).get("cdf"), 1000.0,
                      "Allocation time per task (first start on a worker - arrival at the GM)",
                      "allocation time (ms)")
 
 
 def jct_cdf(runs: list[dict]) -> Figure | None:
-    return _cdf_plot(runs, "jct", 1.0, "Job completion time", "job completion time (s)")
+    return cdf_plot(runs, lambda run: run.get("jct", {}).get("cdf"), 1.0, "Job completion time",
+                    "job completion time (s)")
 
 
 def share_over_time(runs: list[dict]) -> Figure | None:
@@ -82,7 +91,7 @@ def share_over_time(runs: list[dict]) -> Figure | None:
     users = sorted({user for run in shown for user in run["fairness"]["series"]["users"]}
                    | {user for run in shown for user in run["fairness"]["configured"]})
     colour = {user: f"C{i % 10}" for i, user in enumerate(users)}
-    figure = _new_figure((WIDE[0], 1.5 + 3.0 * len(shown)))
+    figure = new_figure((WIDE[0], 1.5 + 3.0 * len(shown)))
     subplots = figure.subplots(len(shown), 1, sharex=True, sharey=True, squeeze=False)[:, 0]
     for axes, run in zip(subplots, shown, strict=True):
         fairness = run["fairness"]
@@ -105,7 +114,7 @@ def delay_breakdown(runs: list[dict]) -> Figure | None:
     shown = [run for run in runs if run.get("breakdown", {}).get("mean_s")]
     if not shown:
         return None
-    figure = _new_figure((max(7.0, 3.5 + 1.2 * len(shown)), WIDE[1]))
+    figure = new_figure((max(7.0, 3.5 + 1.2 * len(shown)), WIDE[1]))
     axes = figure.add_subplot()
     names = [run["name"] for run in shown]
     bottom = [0.0] * len(shown)
@@ -130,23 +139,12 @@ def delay_breakdown(runs: list[dict]) -> Figure | None:
 
 
 def estimation_error_cdf(runs: list[dict]) -> Figure | None:
-    curves = [(i, run["name"], run.get("estimation", {}).get("error", {}).get("cdf"))
-              for i, run in enumerate(runs)]
-    curves = [(i, name, cdf) for i, name, cdf in curves if cdf and cdf["x"]]
-    if not curves:
-        return None
-    figure = _new_figure()
-    axes = figure.add_subplot()
-    for index, name, cdf in curves:
-        axes.step(cdf["x"], cdf["y"], where="post", label=name, **_run_style(index))
-    axes.axvline(1.0, color="grey", linewidth=1)  # the exact estimate
-    axes.set_xscale("log")  # estimate / work is above 0: over and under by k times alike
-    axes.set_title("Job-size estimation error (estimate / measured work; 1 is exact)")
-    axes.set_xlabel("estimate / work (log scale)")
-    axes.set_ylabel("fraction at or below")
-    axes.set_ylim(0, 1.02)
-    axes.grid(True, which="major", alpha=0.3)
-    axes.legend(title="run", loc="lower right")
+    # estimate / work is above 0, and over- and under-estimates by k times weigh alike: log
+    figure = cdf_plot(runs, lambda run: run.get("estimation", {}).get("error", {}).get("cdf"),
+                      1.0, "Job-size estimation error (estimate / measured work; 1 is exact)",
+                      "estimate / work (log scale)", log=True)
+    if figure is not None:
+        figure.axes[0].axvline(1.0, color="grey", linewidth=1)  # the exact estimate
     return figure
 
 
@@ -155,7 +153,7 @@ def sampling_ratio_over_time(runs: list[dict]) -> Figure | None:
              if run.get("estimation", {}).get("sampling_ratio_over_time")]
     if not shown:
         return None
-    figure = _new_figure()
+    figure = new_figure()
     axes = figure.add_subplot()
     markers = ("o", "s", "^", "D", "v", "x")
     highest = 0.0
@@ -163,7 +161,7 @@ def sampling_ratio_over_time(runs: list[dict]) -> Figure | None:
         points = run["estimation"]["sampling_ratio_over_time"]
         highest = max(highest, *(r for _, r in points))
         axes.scatter([t for t, _ in points], [r for _, r in points], s=16, alpha=0.6,
-                     marker=markers[index % len(markers)], color=_run_style(index)["color"],
+                     marker=markers[index % len(markers)], color=run_style(index)["color"],
                      label=run["name"])
     axes.set_title("Sampling ratio chosen per wide job (slearn's pilot tasks / tasks)")
     axes.set_xlabel("job arrival, since the run's first (s)")
@@ -193,9 +191,7 @@ def write_plots(result: dict, directory: Path | None) -> dict[str, bytes]:
         figure = draw(result["runs"])
         if figure is None:
             continue
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png")
-        pngs[name] = buffer.getvalue()
+        pngs[name] = png_bytes(figure)
         if directory is not None:
             (directory / f"{name}.png").write_bytes(pngs[name])
     return pngs

@@ -92,20 +92,14 @@ class RedundancySim:
         changed = False
         while (next_arrival < total or len(active)) and t < self.max_slots:
             # jobs that arrived during the last slot join now: a checkpoint for every job
-            joined = next_arrival
-            while joined < total and arrivals[joined] < t:
-                joined += 1
+            joined = int(np.searchsorted(arrivals, t))  # arrivals are sorted
             if joined > next_arrival:
                 active = np.concatenate([active, np.arange(next_arrival, joined)])
                 base = np.concatenate([base, np.zeros(joined - next_arrival)])
                 next_arrival = joined
                 changed = True
             if changed:
-                if len(entries.job):  # an arrival's checkpoint: copies restart from the best
-                    best = np.maximum.reduceat(entries.progress, entries.starts)
-                    totals = np.add.reduceat(entries.progress, entries.starts)
-                    wasted += float((totals - best).sum())
-                    base[entries.running] += best
+                wasted += entries.checkpoint(base)  # an arrival's: from the best copies
                 checkpoints[active] += 1
                 entries = self._allocate(active, base)
                 copies_max = max(copies_max, entries.most_copies)
@@ -115,15 +109,13 @@ class RedundancySim:
             t += 1
             if not len(entries.job):
                 continue
-            best = np.maximum.reduceat(entries.progress, entries.starts)
+            best = entries.best()
             done_mask = base[entries.running] + best >= sizes[active[entries.running]] - 1e-9
             if not done_mask.any():
                 continue
             # departures: a checkpoint for every running job
             changed = True
-            totals = np.add.reduceat(entries.progress, entries.starts)
-            wasted += float((totals - best).sum())
-            base[entries.running] += best
+            wasted += entries.checkpoint(base, best)
             finished = entries.running[done_mask]
             jobs = active[finished]
             if self.check_invariants and not np.isnan(flow[jobs]).all():
@@ -169,6 +161,21 @@ class Entries:
     share: np.ndarray
     progress: np.ndarray
     most_copies: int = 0
+
+    def best(self) -> np.ndarray:
+        """Each running job's progress since the last checkpoint: its best copy's."""
+        return np.maximum.reduceat(self.progress, self.starts)
+
+    def checkpoint(self, base: np.ndarray, best: np.ndarray | None = None) -> float:
+        """Give each running job its best copy's progress (in `base`, the active jobs'
+        checkpointed work) and start the copies over; the work of the others, wasted."""
+        if not len(self.job):
+            return 0.0
+        best = self.best() if best is None else best
+        base[self.running] += best
+        wasted = float(self.progress.sum() - best.sum())
+        self.progress[:] = 0.0
+        return wasted
 
     @classmethod
     def empty(cls) -> Entries:

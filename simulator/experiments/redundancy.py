@@ -172,40 +172,26 @@ def _table(runs: list[dict], policies: list[str], rates: list[float]) -> Table:
 
 def _plots(runs: list[dict], policies: list[str], rates: list[float],
            machines: int) -> dict[str, bytes]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Mean flowtime against the arrival rate, one line per policy; a flowtime CDF per rate."""
+    from inspection.plots import cdf_plot, new_figure, png_bytes, run_style
 
-    pictures = {}
     by = {(run["policy"], run["rate"]): run for run in runs}
-    figure, axes = plt.subplots(figsize=(8, 4.5))
-    for policy in policies:
-        means = [by[(policy, rate)]["jct"]["overall"]["mean"] for rate in rates]
-        errors = [by[(policy, rate)]["jct"]["overall"]["ci95"] for rate in rates]
-        axes.errorbar(rates, means, yerr=errors, marker="o", capsize=3, label=policy,
-                      linestyle="--" if policy.endswith("+r") else "-")
+    figure = new_figure()
+    axes = figure.add_subplot()
+    for index, policy in enumerate(policies):
+        figures = [by[(policy, rate)]["jct"]["overall"] for rate in rates]
+        axes.errorbar(rates, [f["mean"] for f in figures], yerr=[f["ci95"] for f in figures],
+                      marker="o", capsize=3, label=policy, **run_style(index))
     axes.set(xlabel="arrival rate λ (jobs per time unit)", ylabel="mean flowtime",
              title=f"Mean flowtime against load ({machines} machines of varying speed)")
     axes.grid(alpha=0.3)
     axes.legend()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    pictures["flowtime_vs_rate.png"] = buffer.getvalue()
+    pictures = {"flowtime_vs_rate.png": png_bytes(figure)}
     for rate in rates:
-        figure, axes = plt.subplots(figsize=(8, 4.5))
-        for policy in policies:
-            cdf = by[(policy, rate)]["flowtime_cdf"]
-            axes.plot(cdf["x"], cdf["y"], label=policy,
-                      linestyle="--" if policy.endswith("+r") else "-")
-        axes.set(xscale="log", xlabel="flowtime (log scale)", ylabel="fraction of jobs",
-                 title=f"Flowtime CDF at λ={rate:g}")
-        axes.grid(alpha=0.3)
-        axes.legend()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-        plt.close(figure)
-        pictures[f"flowtime_cdf_{rate:g}.png"] = buffer.getvalue()
+        at_rate = [by[(policy, rate)] for policy in policies]
+        figure = cdf_plot(at_rate, lambda run: run["flowtime_cdf"], 1.0,
+                          f"Flowtime CDF at λ={rate:g}", "flowtime (log scale)", log=True)
+        pictures[f"flowtime_cdf_{rate:g}.png"] = png_bytes(figure)
     return pictures
 
 
