@@ -212,6 +212,9 @@ class RunningInfo:
     cpu_m: int
     mem_mib: int
     logical: bool  # placed by repartition: its resources are a logical node of `gm`
+    # waiting in its node's local queue (or suspended there): it holds no resources yet, so
+    # it is neither usage nor a preemption victim
+    queued: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +236,9 @@ class LMSnapshot:
     changes: ChangeMark | None = field(default=None, compare=False, repr=False)
     attempts_by_gm: dict[str, tuple[str, ...]] | None = field(default=None, compare=False,
                                                               repr=False)
+    # With local queues ([policies.local_queues] depth > 0): the nodes whose queue has room.
+    # A node with queued attempts shows no free resources: what it frees goes to its queue.
+    queue_room: frozenbitarray | None = None
     # What is derived from `running` once, for whoever reads it (`running_by_node`, ...).
     memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
@@ -269,6 +275,8 @@ class LMSnapshot:
         if sums is None:
             sums = self.memo["usage"] = {}
             for info in self.running or ():
+                if info.queued:
+                    continue
                 used = sums.get(info.user)
                 if used is None:
                     sums[info.user] = [info.cpu_m, info.mem_mib]

@@ -154,6 +154,17 @@ class WorkerTaskFailed:
 
 
 @dataclass(slots=True)
+class WorkerTaskSuspended:
+    """A preemptive local queue paused the attempt for a much shorter one: it waits in its
+    node's queue again and holds no resources until its next start."""
+
+    stimulus_id: str
+    worker: str
+    attempt_id: str
+    at: float | None = None  # the worker's clock when it suspended it
+
+
+@dataclass(slots=True)
 class DispatchFailed:
     """The LM's driver could not hand an attempt to its worker agent (it never answered)."""
 
@@ -173,6 +184,7 @@ class WorkerHeartbeat:
     stimulus_id: str
     worker: str
     running: tuple[Placement, ...]
+    queued: frozenset[str] = frozenset()  # those of `running` waiting in a local queue
 
 
 # --- worker agent inputs ----------------------------------------------------------------------
@@ -200,6 +212,16 @@ class TaskRunEnded:
     runtime: float
 
 
+@dataclass(slots=True)
+class JobReprioritized:
+    """The job's estimated remaining work changed: its attempts here take this priority, and
+    those queued are re-keyed (keeping their aging credit)."""
+
+    stimulus_id: str
+    job_id: str
+    priority: float
+
+
 Event = (
     Tick
     | JobSubmitted
@@ -213,9 +235,11 @@ Event = (
     | WorkerTaskStarted
     | WorkerTaskFinished
     | WorkerTaskFailed
+    | WorkerTaskSuspended
     | DispatchFailed
     | WorkerHeartbeat
     | TaskAssigned
     | TaskCancelled
     | TaskRunEnded
+    | JobReprioritized
 )

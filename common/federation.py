@@ -47,6 +47,11 @@ Shape of the file (every key is optional unless marked required)::
     [policies.history]             # 3sigma, 3sigma-tl, point-est
     history_window = 20
     min_history = 2
+    [policies.local_queues]        # worker local queues; depth 0 keeps them empty
+    depth = 0                      # attempts that may wait on one busy node
+    aging = 0.0                    # srpt: priority credit (work-s) per second waited
+    preemptive = false             # a far shorter arrival suspends a running task
+    preempt_factor = 10.0
 
     [[queues]]                     # required, at least one per GM
     name = "q1"
@@ -312,6 +317,21 @@ class HistoryOptions(_Table):
         return self
 
 
+class LocalQueueOptions(_Table):
+    """Worker local queues (docs/local-queues.md). Depth 0 is Megha's: a GM places a task
+    only where it fits now, so a worker's queue stays empty."""
+
+    # attempts that may wait in one busy node's queue at its worker; the LM enforces it
+    depth: Annotated[int, Field(ge=0, le=1000)] = 0
+    # srpt: work-seconds of priority a queued task gains per second it waits, so a task of
+    # estimate e is overtaken by later arrivals for at most e / aging seconds (0: never ages)
+    aging: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    # an arrival whose estimate is preempt_factor times smaller suspends a running task,
+    # which resumes later with the work it has done
+    preemptive: bool = False
+    preempt_factor: Annotated[float, Field(gt=1, allow_inf_nan=False)] = 10.0
+
+
 class Policies(_Table):
     """The policy of each family, by the name its registry knows it by (common/policies/)."""
 
@@ -320,6 +340,7 @@ class Policies(_Table):
     placement: PlacementPolicyName = "first_fit"
     local_queue: LocalQueuePolicyName = "srpt"
     work_conserving: bool = True
+    local_queues: LocalQueueOptions = Field(default_factory=LocalQueueOptions)
     queues: QueueOptions = Field(default_factory=QueueOptions)
     slearn: SLearnOptions = Field(default_factory=SLearnOptions)
     history: HistoryOptions = Field(default_factory=HistoryOptions)
@@ -632,6 +653,14 @@ class Federation:
         if nodes is None:
             raise InvalidInput("worker_id", _unknown("worker", worker_id, self._worker_nodes))
         return list(nodes)
+
+    def worker_options(self) -> dict[str, Any]:
+        """How every worker agent is set up (`WorkerAgent`'s keywords): its local queue's
+        policy and options, and its nodes' speed."""
+        queues = self.policies.local_queues
+        return {"queue_policy": self.policies.local_queue, "aging": queues.aging,
+                "preemptive": queues.preemptive, "preempt_factor": queues.preempt_factor,
+                "speed": self.variability.speed_model(), "speed_seed": self.seed}
 
     def queue_gm(self, user: str) -> str:
         """The GM that serves `user`'s queue: where that user's jobs are submitted."""

@@ -261,7 +261,12 @@ class GlobalMaster:
         # For a preemption only the demand is reserved, not the victims' release: a
         # reservation is re-applied on every newer snapshot, and one taken after the LM stopped
         # the victims would free them twice. Until the answer the node looks over-full instead.
-        self.view.reserve(request.request_id, slot, match.index, demand.cpu_m, demand.mem_mib)
+        # A task sent to wait in a node's local queue reserves that queue's room instead.
+        if match.queued:
+            self.view.claim_queue(request.request_id, slot, match.index)
+        else:
+            self.view.reserve(request.request_id, slot, match.index, demand.cpu_m,
+                              demand.mem_mib)
         attempt_id = self._attempts.issue(task)
         request.attempts.append(attempt_id)
         task.lm, task.node = slot.lm, slot.topology.node_ids[match.index]
@@ -269,8 +274,10 @@ class GlobalMaster:
                   "user": user, "gm": self.gm, "lm": task.lm, "node": task.node}
         if match.victims is None:
             self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, step, task.node)
-            self.counters[_PLACEMENT_COUNTER[request.kind]] += 1
-            step.emit(Log("task_placed", {**fields, "kind": _KIND_NAME[request.kind],
+            self.counters["placements_total.queue" if match.queued
+                          else _PLACEMENT_COUNTER[request.kind]] += 1
+            step.emit(Log("task_placed", {**fields, "kind": "queue" if match.queued
+                                          else _KIND_NAME[request.kind],
                                           "request": request.request_id}))
             return
         self.placer.preempting(request.request_id, PendingPreemption(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bitarray import frozenbitarray
+from bitarray import bitarray, frozenbitarray
 
 from common.cluster import ClusterTopology, JournaledState, LMSnapshot
 from common.commands import (
@@ -25,7 +25,7 @@ from common.commands import (
     StartOnWorker,
     StopOnWorker,
 )
-from common.errors import InvariantViolated
+from common.errors import InvalidInput, InvariantViolated
 from common.events import (
     CancelRequested,
     DispatchFailed,
@@ -37,6 +37,7 @@ from common.events import (
     WorkerTaskFailed,
     WorkerTaskFinished,
     WorkerTaskStarted,
+    WorkerTaskSuspended,
 )
 from common.lm_attempts import AttemptState, LMAttemptBook, RunningAttempt
 from common.messages import LaunchResult, Placement, RequestKind, TaskEvent
@@ -61,6 +62,13 @@ class LocalMaster:
     reported what it runs (or `worker_timeout` passes), so it cannot over-commit a node
     whose running tasks it has not yet learnt. Meanwhile its snapshots show the nodes of
     workers not yet heard from as down, so GMs do not keep asking.
+
+    `queue_depth` ([policies.local_queues] depth) lets a GM's launch wait in a busy node's
+    local queue at its worker, up to that many per node (docs/local-queues.md). A queued
+    attempt holds no resources here until its worker reports the start: while a node has
+    queued attempts, the LM starts nothing else there at once (what its running tasks free
+    goes to its queue, in the order the worker keeps), and snapshots show it with no free
+    resources and, while its queue has room, in `queue_room`.
     """
 
     def __init__(
@@ -74,6 +82,7 @@ class LocalMaster:
         worker_timeout: float = 3.0,
         dispatch_timeout: float | None = None,
         recovering: bool = False,
+        queue_depth: int = 0,
         story_len: int = 100_000,
         ended_memory: int = 200_000,
     ) -> None:
@@ -89,6 +98,17 @@ class LocalMaster:
         self.dispatch_timeout = 4 * worker_timeout if dispatch_timeout is None else dispatch_timeout
         self.next_heartbeat_at = now
         self.log = TransitionLog(story_len)
+        if queue_depth < 0:
+            raise InvalidInput("queue_depth", f"must be >= 0, got {queue_depth}")
+        self.queue_depth = queue_depth
+        size = len(topology)
+        self._queued = [0] * size  # attempts waiting in each node's local queue
+        self._queuing: set[int] = set()  # the nodes with any
+        self._room = bitarray(size)  # the nodes whose queue has room (depth > 0)
+        self._room.setall(queue_depth > 0)
+        # queued attempts whose start was reported before the end that made room for them
+        # (reports of one worker may reorder on the way): they take it when it comes
+        self._awaiting_room: dict[int, list[RunningAttempt]] = {}
         self._attempts = LMAttemptBook(self.lm, self.log, ended_memory)
         self._worker_nodes: dict[str, list[int]] = {}
         for i, worker in enumerate(topology.workers):
@@ -110,6 +130,7 @@ class LocalMaster:
             WorkerTaskStarted: self._on_started,
             WorkerTaskFinished: self._on_finished,
             WorkerTaskFailed: self._on_failed,
+            WorkerTaskSuspended: self._on_suspended,
             DispatchFailed: self._on_dispatch_failed,
             WorkerHeartbeat: self._on_worker_heartbeat,
             TaskEventBacklog: self._on_task_event_backlog,
@@ -145,8 +166,8 @@ class LocalMaster:
     def _apply_item(self, step: Step, gm: str, kind: RequestKind, item: Placement) -> LaunchResult:
         i = self.topology.index.get(item.node_id, -1)
         reason = self._verdict(gm, kind, item, i)
-        if reason is Reason.LAUNCHED:
-            self._start(step, item, i, kind is RequestKind.REPARTITION)
+        if reason is Reason.LAUNCHED or reason is Reason.QUEUED:
+            self._start(step, item, i, kind is RequestKind.REPARTITION, reason is Reason.QUEUED)
         elif reason is Reason.ALREADY_RUNNING:
             step.emit(Log("launch_repeated", self._fields(item)))
         else:
@@ -176,21 +197,36 @@ class LocalMaster:
             return Reason.OWNED_BY_REQUESTER
         if not item.task.constraints <= self.topology.nodes[i].constraints:
             return Reason.CONSTRAINT_MISMATCH
-        if not self.state.fits(i, item.task.demand.cpu_m, item.task.demand.mem_mib):
-            return Reason.STALE_VIEW
-        return Reason.LAUNCHED
-
-    def _start(self, step: Step, item: Placement, i: int, logical: bool) -> None:
         demand = item.task.demand
-        self.state.take(i, demand.cpu_m, demand.mem_mib)
-        self._attempts.add(step, RunningAttempt(item, i, logical, step.now), item.node_id)
+        if not self._queued[i] and self.state.fits(i, demand.cpu_m, demand.mem_mib):
+            return Reason.LAUNCHED
+        if not self.queue_depth or kind is not RequestKind.LAUNCH:
+            # only a node's owner queues there: a repartition borrows room that is free now
+            return Reason.STALE_VIEW
+        if self._queued[i] >= self.queue_depth:
+            return Reason.QUEUE_FULL
+        if not (demand.cpu_m <= self.topology.cap_cpu[i]
+                and demand.mem_mib <= self.topology.cap_mem[i]):
+            return Reason.STALE_VIEW  # could never start there (a GM's view has capacities)
+        return Reason.QUEUED
+
+    def _start(self, step: Step, item: Placement, i: int, logical: bool,
+               queued: bool = False) -> None:
+        demand = item.task.demand
+        if queued:
+            self._enqueue(i)
+        else:
+            self.state.take(i, demand.cpu_m, demand.mem_mib)
+        self._attempts.add(step, RunningAttempt(item, i, logical, step.now, queued=queued),
+                           item.node_id)
         self._snapshot_cache = None
         if logical:
             owner = self.topology.gms[self.topology.owner[i]]
             step.emit(Log("repartition", self._fields(item, from_gm=owner, cpu_m=demand.cpu_m,
                                                       mem_mib=demand.mem_mib)))
         step.emit(Log("task_launched", self._fields(
-            item, logical=logical, cpu_m=demand.cpu_m, mem_mib=demand.mem_mib)))
+            item, logical=logical, cpu_m=demand.cpu_m, mem_mib=demand.mem_mib,
+            queued=queued or None)))
         step.emit(StartOnWorker(self.topology.workers[i], item))
 
     def _on_preempt(self, event: PreemptRequested, step: Step) -> None:
@@ -216,15 +252,17 @@ class LocalMaster:
         item = event.placement
         if item.attempt_id in self._attempts.running or item.attempt_id in self._attempts.ended:
             return self._verdict(event.gm, kind, item, i)  # a retry: never applied twice
+        if i >= 0 and self._queued[i]:
+            return Reason.QUEUE_FULL  # what the victims free would go to the node's queue
         freed_cpu = freed_mem = 0
         for victim in event.victims:
             attempt = self._attempts.running.get(victim)
-            if attempt is None or attempt.node_index != i:
+            if attempt is None or attempt.node_index != i or attempt.queued:
                 return Reason.VICTIM_GONE
             freed_cpu += attempt.placement.task.demand.cpu_m
             freed_mem += attempt.placement.task.demand.mem_mib
         reason = self._verdict(event.gm, kind, item, i)
-        if reason is not Reason.STALE_VIEW:
+        if reason not in (Reason.STALE_VIEW, Reason.QUEUED, Reason.QUEUE_FULL):
             return reason
         demand = item.task.demand
         if (self.state.free_cpu[i] + freed_cpu >= demand.cpu_m
@@ -246,7 +284,15 @@ class LocalMaster:
         if attempt is None:
             step.emit(Log("worker_report_ignored", {"attempt": event.attempt_id,
                                                     "kind": "started"}))
-        elif attempt.state is not AttemptState.LAUNCHED:  # a retried report, or adopted
+            return
+        if attempt.queued:
+            if (attempt.suspended_at is not None and event.at is not None
+                    and event.at <= attempt.suspended_at):
+                # a start from before its suspension, delivered again
+                step.emit(Log("worker_report_repeated", {"attempt": event.attempt_id}))
+                return
+            self._take_queued(attempt)
+        if attempt.state is not AttemptState.LAUNCHED:  # a retried report, adopted, resumed
             step.emit(Log("worker_report_repeated", {"attempt": event.attempt_id}))
         else:
             self._attempts.start(step, attempt)
@@ -257,6 +303,26 @@ class LocalMaster:
             # time (one line less per task is a seventh of what the engine carries under load)
             step.emit(PublishTaskEvent(attempt.placement.gm,
                                        self._task_event(attempt, Reason.STARTED, at=event.at)))
+
+    def _on_suspended(self, event: WorkerTaskSuspended, step: Step) -> None:
+        """The worker paused a running attempt for a much shorter one: it is queued again."""
+        attempt = self._attempts.running.get(event.attempt_id)
+        waiting = self._awaiting_room.get(attempt.node_index) if attempt is not None else None
+        if waiting and attempt in waiting:  # its start is still waiting for room: no longer
+            waiting.remove(attempt)
+            attempt.suspended_at = event.at
+            return
+        if attempt is None or attempt.queued:
+            step.emit(Log("worker_report_ignored", {"attempt": event.attempt_id,
+                                                    "kind": "suspended"}))
+            return
+        demand = attempt.placement.task.demand
+        self.state.give(attempt.node_index, demand.cpu_m, demand.mem_mib)
+        self._enqueue(attempt.node_index)  # past the depth, maybe: it was accepted before
+        self._attempts.set_queued(attempt, True)
+        attempt.suspended_at = event.at
+        self._snapshot_cache = None
+        self._settle_starts(attempt.node_index)
 
     def _on_finished(self, event: WorkerTaskFinished, step: Step) -> None:
         if event.attempt_id not in self._attempts.running:
@@ -287,7 +353,14 @@ class LocalMaster:
         """Free an attempt's resources (a logical node goes back to its node's owner)."""
         attempt = self._attempts.end(step, attempt_id, why, detail)
         demand = attempt.placement.task.demand
-        self.state.give(attempt.node_index, demand.cpu_m, demand.mem_mib)
+        if attempt.queued:  # it never held resources (or gave them back when suspended)
+            self._dequeue(attempt.node_index)
+            waiting = self._awaiting_room.get(attempt.node_index)
+            if waiting and attempt in waiting:
+                waiting.remove(attempt)
+        else:
+            self.state.give(attempt.node_index, demand.cpu_m, demand.mem_mib)
+            self._settle_starts(attempt.node_index)
         self._snapshot_cache = None
         worker = self.topology.workers[attempt.node_index]
         if why in _STOPPED_BY_LM:
@@ -317,7 +390,7 @@ class LocalMaster:
             reported.add(item.attempt_id)
             known = running.get(item.attempt_id)
             if known is None:
-                self._adopt_or_stop(step, worker, item)
+                self._adopt_or_stop(step, worker, item, item.attempt_id in event.queued)
             else:
                 known.acknowledged = True
         # A heartbeat may overtake the report of an attempt's end, or a launch on its way
@@ -334,24 +407,28 @@ class LocalMaster:
         self._unheard_workers.discard(worker)
         self._maybe_end_recovery(step)
 
-    def _adopt_or_stop(self, step: Step, worker: str, item: Placement) -> None:
-        """A restarted LM learns running attempts from workers; a dead one is stopped."""
+    def _adopt_or_stop(self, step: Step, worker: str, item: Placement, queued: bool) -> None:
+        """A restarted LM learns running (and queued) attempts from workers; a dead one is
+        stopped."""
         i = self.topology.index.get(item.node_id, -1)
         demand = item.task.demand
         adoptable = (
             item.attempt_id not in self._attempts.ended
             and i >= 0
             and self.topology.workers[i] == worker
-            and self.state.fits(i, demand.cpu_m, demand.mem_mib)
+            and (queued or self.state.fits(i, demand.cpu_m, demand.mem_mib))
         )
         if not adoptable:
             step.emit(StopOnWorker(worker, item.attempt_id, Reason.CANCELLED))
             step.emit(Log("attempt_stopped_on_worker", self._fields(item)))
             return
         owner = self.topology.gms[self.topology.owner[i]]
-        self.state.take(i, demand.cpu_m, demand.mem_mib)
+        if queued:
+            self._enqueue(i)
+        else:
+            self.state.take(i, demand.cpu_m, demand.mem_mib)
         attempt = RunningAttempt(item, i, owner != item.gm, step.now, AttemptState.ADOPTED,
-                                 acknowledged=True)
+                                 acknowledged=True, queued=queued)
         self._attempts.add(step, attempt, worker)
         self._snapshot_cache = None
         step.emit(Log("attempt_adopted", self._fields(item)))
@@ -421,27 +498,96 @@ class LocalMaster:
     def reply_snapshot(self) -> LMSnapshot:
         """The state a reply carries: resources and liveness, not the running list."""
         self.seq += 1
-        return LMSnapshot(self.lm, self.epoch, self.seq, self.topology,
-                          tuple(self.state.free_cpu), tuple(self.state.free_mem),
-                          self._shown_up(), None, self.state.mark())
+        free_cpu, free_mem = self._shown_free()
+        return LMSnapshot(self.lm, self.epoch, self.seq, self.topology, free_cpu, free_mem,
+                          self._shown_up(), None, self.state.mark(),
+                          queue_room=self._shown_room())
 
     def snapshot(self) -> LMSnapshot:
         """The full partition state; cached until something changes, so idle is cheap."""
         if self._snapshot_cache is None or self._snapshot_cache.seq != self.seq:
             self.seq += 1
+            free_cpu, free_mem = self._shown_free()
             self._snapshot_cache = LMSnapshot(
                 lm=self.lm,
                 epoch=self.epoch,
                 seq=self.seq,
                 topology=self.topology,
-                free_cpu=tuple(self.state.free_cpu),
-                free_mem=tuple(self.state.free_mem),
+                free_cpu=free_cpu,
+                free_mem=free_mem,
                 up=self._shown_up(),
                 running=tuple(self._attempts.infos.values()),
                 changes=self.state.mark(),
                 attempts_by_gm=self._attempts.ids_of_gms(),
+                queue_room=self._shown_room(),
             )
         return self._snapshot_cache
+
+    # -- local queues --------------------------------------------------------------------------
+
+    def _enqueue(self, i: int) -> None:
+        count = self._queued[i] = self._queued[i] + 1
+        if count == 1:
+            self._queuing.add(i)
+            self.state.journal.append(i)  # its shown free resources change
+        if count >= self.queue_depth:
+            self._room[i] = 0
+
+    def _dequeue(self, i: int) -> None:
+        count = self._queued[i] = self._queued[i] - 1
+        if count == 0:
+            self._queuing.discard(i)
+            self.state.journal.append(i)
+        if count < self.queue_depth:
+            self._room[i] = 1
+
+    def _take_queued(self, attempt: RunningAttempt) -> None:
+        """A queued attempt started: it takes its resources now. Its worker started it in
+        what its running tasks freed; if the LM has not yet heard those ends (reports
+        reordered), it takes them when they come (`_settle_starts`)."""
+        i = attempt.node_index
+        demand = attempt.placement.task.demand
+        if self.state.fits(i, demand.cpu_m, demand.mem_mib) and i not in self._awaiting_room:
+            self._dequeue(i)
+            self.state.take(i, demand.cpu_m, demand.mem_mib)
+            self._attempts.set_queued(attempt, False)
+            self._snapshot_cache = None
+        else:
+            self._awaiting_room.setdefault(i, []).append(attempt)
+
+    def _settle_starts(self, i: int) -> None:
+        """Resources came back on node i: started attempts waiting for them take them."""
+        waiting = self._awaiting_room.pop(i, None)
+        while waiting:
+            attempt = waiting[0]
+            demand = attempt.placement.task.demand
+            if not self.state.fits(i, demand.cpu_m, demand.mem_mib):
+                self._awaiting_room[i] = waiting
+                return
+            waiting.pop(0)
+            self._dequeue(i)
+            self.state.take(i, demand.cpu_m, demand.mem_mib)
+            self._attempts.set_queued(attempt, False)
+            self._snapshot_cache = None
+
+    def _shown_free(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Free resources as GMs see them: none on a node with queued attempts."""
+        if not self._queuing:
+            return tuple(self.state.free_cpu), tuple(self.state.free_mem)
+        free_cpu, free_mem = list(self.state.free_cpu), list(self.state.free_mem)
+        for i in self._queuing:
+            free_cpu[i] = free_mem[i] = 0
+        return tuple(free_cpu), tuple(free_mem)
+
+    def _shown_room(self) -> frozenbitarray | None:
+        if not self.queue_depth:
+            return None
+        return self._none_up if self.backlogged or self.recovering else frozenbitarray(
+            self._room & self.state.up)
+
+    def queued_on(self, node_id: str) -> int:
+        """How many attempts wait in the node's local queue."""
+        return self._queued[self.topology.index[node_id]]
 
     def validate(self) -> None:
         """No node over-committed; free = capacity - what runs there; the attempt book in
@@ -449,9 +595,18 @@ class LocalMaster:
         self._attempts.validate()
         used_cpu = [0] * len(self.topology)
         used_mem = [0] * len(self.topology)
+        queued = [0] * len(self.topology)
         for attempt in self._attempts.running.values():
+            if attempt.queued:
+                queued[attempt.node_index] += 1
+                continue
             used_cpu[attempt.node_index] += attempt.placement.task.demand.cpu_m
             used_mem[attempt.node_index] += attempt.placement.task.demand.mem_mib
+        if queued != self._queued or self._queuing != {i for i, n in enumerate(queued) if n}:
+            raise InvariantViolated(f"{self.lm}: queued counts drifted")
+        if self.queue_depth and any(
+                self._room[i] != (n < self.queue_depth) for i, n in enumerate(queued)):
+            raise InvariantViolated(f"{self.lm}: queue room drifted")
         for i, node_id in enumerate(self.topology.node_ids):
             cap_cpu, cap_mem = self.topology.cap_cpu[i], self.topology.cap_mem[i]
             if used_cpu[i] > cap_cpu or used_mem[i] > cap_mem:

@@ -82,6 +82,10 @@ class RunningAttempt:
     # its worker has listed it in a heartbeat or started it: a delivery fact, not a state
     # (a launched attempt may be acknowledged while it waits in its worker's queue)
     acknowledged: bool = False
+    # in its node's local queue at the worker (launched there, or suspended): it holds no
+    # resources until its worker reports the start
+    queued: bool = False
+    suspended_at: float | None = None  # its worker's clock when it last suspended it
     _info: RunningInfo | None = None
 
     def info(self) -> RunningInfo:
@@ -91,7 +95,7 @@ class RunningAttempt:
             task = self.placement.task
             self._info = RunningInfo(self.placement.attempt_id, self.node_index,
                                      self.placement.gm, self.placement.user, task.demand.cpu_m,
-                                     task.demand.mem_mib, self.logical)
+                                     task.demand.mem_mib, self.logical, self.queued)
         return self._info
 
 
@@ -129,6 +133,12 @@ class LMAttemptBook:
         self._transition(step, attempt.placement.attempt_id, attempt.state, _RUNNING)
         attempt.state = _RUNNING
         attempt.acknowledged = True
+
+    def set_queued(self, attempt: RunningAttempt, queued: bool) -> None:
+        """The attempt left its node's local queue (it started) or went back (suspended)."""
+        attempt.queued = queued
+        attempt._info = None
+        self.infos[attempt.placement.attempt_id] = attempt.info()
 
     def end(self, step: Step, attempt_id: str, why: Reason, detail: str) -> RunningAttempt:
         """Drop a live attempt, remembering how it ended; the caller frees its resources."""

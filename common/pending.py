@@ -318,7 +318,12 @@ class Backlog:
         self.wake(self.blocked.wake_users(users))
 
     def wake_by_capacity(self, view: FederationView) -> None:
-        """Wake the demands the nodes that gained room since the last pass can take."""
+        """Wake the demands the nodes that gained room since the last pass can take (and,
+        when a local queue gained room, every demand: a queue takes any shape its node can
+        ever run, and the next search says which)."""
+        if view.room_gained:
+            view.room_gained = False
+            self.wake(self.blocked.wake_all())
         self.wake(self.blocked.wake_by_capacity(
             view.take_gained(), view.topology, view.state,
             None if view.all_reachable else view.reachable))

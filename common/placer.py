@@ -3,8 +3,10 @@ nothing, and the same steps in counting mode for `explain`.
 
 The steps, in order (Megha's GM): a node of this GM's own partitions (`internal`, a plain
 launch), a node of another GM's partitions (`external`, a repartition request the owning LM
-may refuse), and, if the fairness policy lets the task's queue take from a queue above its
-share, a node where preempting some of that queue's attempts makes room (`preempt`). Each
+may refuse), with local queues a node of its own partitions whose queue has room (`queue`: the
+task waits there at the worker, in the worker's order), and, if the fairness policy lets the
+task's queue take from a queue above its share, a node where preempting some of that queue's
+attempts makes room (`preempt`). Each
 search starts after the LM that took the last task of its kind (round-robin over LMs) and
 scans with the placement policy (first fit or best fit).
 
@@ -41,6 +43,7 @@ class Match:
     slot: LMSlot
     index: int  # the node, within the LM
     victims: tuple[RunningInfo, ...] | None = None  # a preemption: these make room
+    queued: bool = False  # into the node's local queue: no resources are reserved for it
 
     def where(self) -> str:
         return f"{self.slot.lm}/{self.slot.topology.node_ids[self.index]}"
@@ -56,6 +59,7 @@ class Placer:
         self.estimate = UsageEstimate(view)  # and the preemptions in flight
         self._next_internal = 0  # round-robin: the LM position the next search starts at
         self._next_external = 0
+        self._next_queue = 0
         # (lm, queue) -> (the running list it was built from, nodes where the queue has
         # attempts not claimed)
         self._victim_nodes: dict[tuple[str, str], tuple[tuple, bitarray]] = {}
@@ -63,7 +67,7 @@ class Placer:
     # -- the steps -------------------------------------------------------------------------------
 
     def place(self, spec: TaskSpec, user: str, allow_preempt: bool) -> Match | None:
-        return (self.internal(spec) or self.external(spec)
+        return (self.internal(spec) or self.external(spec) or self.queue(spec)
                 or (self.preempt(spec, user) if allow_preempt else None))
 
     def internal(self, spec: TaskSpec, advance: bool = True) -> Match | None:
@@ -85,6 +89,16 @@ class Placer:
             self._next_external = k + 1
         kind = RequestKind.LAUNCH if internal else RequestKind.REPARTITION
         return Match(kind, self.view.order[k], i)
+
+    def queue(self, spec: TaskSpec, advance: bool = True) -> Match | None:
+        """A node of this GM's partitions whose local queue has room (round-robin over LMs)."""
+        k, i = self.view.find_queue(spec.constraints, spec.demand.cpu_m, spec.demand.mem_mib,
+                                    self._next_queue)
+        if k < 0:
+            return None
+        if advance:
+            self._next_queue = k + 1
+        return Match(RequestKind.LAUNCH, self.view.order[k], i, queued=True)
 
     def preempt(self, spec: TaskSpec, user: str) -> Match | None:
         """A node where preempting attempts of queues above their share makes room, if the
@@ -127,8 +141,8 @@ class Placer:
         for i in mask.search(1):
             if not up[offset + i]:
                 continue
-            candidates = [info for info in slot.running_on(i)
-                          if info.user == victim_queue and info.attempt_id not in claimed]
+            candidates = [info for info in slot.running_on(i) if info.user == victim_queue
+                          and info.attempt_id not in claimed]
             if not candidates:
                 continue
             chosen = choose_victims(candidates, free_cpu[offset + i], free_mem[offset + i],
@@ -147,9 +161,19 @@ class Placer:
             return cached[1]
         nodes = bitarray(len(slot.topology))
         nodes.setall(0)
+        queuing = None
         for info in slot.running:
-            if info.user == queue and info.attempt_id not in claimed:
+            if info.queued:
+                if queuing is None:
+                    queuing = bitarray(len(slot.topology))
+                    queuing.setall(0)
+                queuing[info.node_index] = 1
+            elif info.user == queue and info.attempt_id not in claimed:
                 nodes[info.node_index] = 1
+        if queuing is not None:
+            # what victims free on a node with a local queue goes to that queue: the LM
+            # refuses a preemption there, so it is no place to look
+            nodes &= ~queuing
         self._victim_nodes[key] = (slot.running, nodes)
         return nodes
 
@@ -232,6 +256,7 @@ class Placer:
                         internal += g is not None and topology.owner[i] == g
         steps = {"internal": self.internal(spec, advance=False),
                  "external": self.external(spec, advance=False),
+                 "queue": self.queue(spec, advance=False),
                  "preempt": self.preempt(spec, user)}
         return {
             "nodes": nodes, "nodes_up": up,

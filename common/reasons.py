@@ -17,6 +17,10 @@ class Reason(StrEnum):
     WAITING_FOR_LM = "waiting_for_lm"  # placed, launch request in flight
     # LM verdicts on launch, repartition and preemption items
     LAUNCHED = "launched"
+    # accepted into the node's local queue at its worker (the node is busy, its queue has
+    # room: [policies.local_queues] depth); its resources are taken when it starts
+    QUEUED = "queued"
+    QUEUE_FULL = "queue_full"  # the node is busy and its local queue is at its depth
     ALREADY_RUNNING = "already_running"  # idempotent retry of a launch the LM already ran
     STALE_VIEW = "stale_view"  # the node lacks the resources the GM believed free
     NOT_OWNER = "not_owner"  # launch into a node outside the GM's partition
@@ -39,6 +43,9 @@ class Reason(StrEnum):
     LOST = "lost"  # its node went down
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # a worker's report: a preemptive local queue paused the attempt for a much shorter one;
+    # it waits in the node's queue again, with the work it has done
+    SUSPENDED = "suspended"
 
 
-LAUNCH_OK = frozenset({Reason.LAUNCHED, Reason.ALREADY_RUNNING})
+LAUNCH_OK = frozenset({Reason.LAUNCHED, Reason.QUEUED, Reason.ALREADY_RUNNING})

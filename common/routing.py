@@ -65,6 +65,7 @@ from common.events import (
     WorkerTaskFailed,
     WorkerTaskFinished,
     WorkerTaskStarted,
+    WorkerTaskSuspended,
 )
 from common.reasons import Reason
 
@@ -116,7 +117,7 @@ def cause_of(stimulus_id: str) -> str | None:
 
 def worker_report_event(
     worker: str, report: ReportToLM, stimulus_id: str
-) -> WorkerTaskStarted | WorkerTaskFinished | WorkerTaskFailed:
+) -> WorkerTaskStarted | WorkerTaskFinished | WorkerTaskFailed | WorkerTaskSuspended:
     """What a worker's report is to its LM, in every driver (the LM service decodes a
     `WorkerReport` into a `ReportToLM` and comes here too).
 
@@ -128,6 +129,8 @@ def worker_report_event(
     kind = report.kind
     if kind is Reason.STARTED:
         return WorkerTaskStarted(stimulus_id, worker, report.attempt_id, report.at)
+    if kind is Reason.SUSPENDED:
+        return WorkerTaskSuspended(stimulus_id, worker, report.attempt_id, report.at)
     if kind is Reason.FINISHED:
         runtime = report.runtime
         return WorkerTaskFinished(stimulus_id, worker, report.attempt_id,

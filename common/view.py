@@ -91,6 +91,11 @@ class FederationView:
         # constraint set -> eligible nodes, for this GM's partitions and for the others'
         self._masks: dict[bool, dict[frozenset[int], object]] = {True: {}, False: {}}
         self.gained = bitarray()  # nodes that may have gained room since `take_gained`
+        # Local queues: the nodes whose queue has room, as the LMs' snapshots show it, less
+        # the nodes this GM has asked to queue on since (one claim per node until the answer).
+        self.room = bitarray()
+        self.room_gained = False  # some queue gained room since the backlog last looked
+        self.queue_claims: dict[str, tuple[str, list[int]]] = {}
         self.capacity = (1, 1)  # total cpu and memory of the federation
 
     def __len__(self) -> int:
@@ -120,6 +125,7 @@ class FederationView:
             slot.set_running(snapshot)
             self.running_changes += 1
         self._load_changes(slot, previous)
+        self._load_room(slot)
         return True
 
     def _load(self, slot: LMSlot) -> None:
@@ -129,6 +135,23 @@ class FederationView:
             if lm == slot.lm:
                 for i, cpu, mem in reserved:
                     self.state.take(slot.offset + i, cpu, mem)
+        self._load_room(slot)
+
+    def _load_room(self, slot: LMSlot) -> None:
+        """The slot's queue room from its snapshot, less this GM's claims in flight."""
+        room, start = slot.snapshot.queue_room, slot.offset
+        end = start + len(slot.topology)
+        if room is None:
+            if self.room[start:end].any():
+                self.room[start:end] = 0
+            return
+        if (room & ~self.room[start:end]).any():
+            self.room_gained = True
+        self.room[start:end] = room
+        for lm, claimed in self.queue_claims.values():
+            if lm == slot.lm:
+                for i in claimed:
+                    self.room[start + i] = 0
 
     def _load_changes(self, slot: LMSlot, previous: LMSnapshot) -> None:
         """Take a newer snapshot of an LM whose last one is loaded: only its changed nodes.
@@ -171,11 +194,15 @@ class FederationView:
         self.g = self.topology.gm_index.get(self.gm, -1)
         self._masks = {True: {}, False: {}}
         self.state = ClusterState(self.topology, self.min_cpu, self.min_mem)
+        self.room = bitarray(offset)
+        self.room.setall(0)
         for slot in self.order:
             self._load(slot)
         self.capacity = (sum(self.topology.cap_cpu) or 1, sum(self.topology.cap_mem) or 1)
         self.gained = bitarray(offset)
         self.gained.setall(1)  # a new layout: everything may fit anew
+        self.room = bitarray(offset)
+        self.room.setall(0)
         self.reachable = bitarray(offset)
         self.reachable.setall(1)
         self.all_reachable = True
@@ -249,6 +276,40 @@ class FederationView:
         k = bisect_right(self._offsets, gi) - 1
         return k, gi - self._offsets[k]
 
+    def find_queue(self, constraints: frozenset[int], cpu_m: int, mem_mib: int,
+                   start_slot: int) -> tuple[int, int]:
+        """(slot position, local node index) of a node of this GM's partitions, up, whose
+        local queue has room and whose capacity takes the demand, or (-1, -1); the scan
+        starts at `order[start_slot]` and wraps around."""
+        if self.g < 0 or not self.room.any():
+            return -1, -1
+        masks = self._masks[True]
+        eligible = masks.get(constraints)
+        if eligible is None:
+            if len(masks) >= MASK_CACHE_LIMIT:
+                masks.clear()
+            eligible = masks[constraints] = self.topology.partition_mask(constraints, self.g,
+                                                                         True)
+        eligible = self.room & self.state.up & eligible  # a mutable bitarray
+        if not self.all_reachable:
+            eligible &= self.reachable
+        cap_cpu, cap_mem = self.topology.cap_cpu, self.topology.cap_mem
+        start = self._offsets[start_slot % len(self.order)]
+        for lo, hi in ((start, len(eligible)), (0, start)):
+            for gi in eligible.search(1, lo, hi):
+                if cap_cpu[gi] >= cpu_m and cap_mem[gi] >= mem_mib:
+                    k = bisect_right(self._offsets, gi) - 1
+                    return k, gi - self._offsets[k]
+        return -1, -1
+
+    def claim_queue(self, request_id: str, slot: LMSlot, i: int) -> None:
+        """A launch asks to queue on the node: no other until the answer shows its room."""
+        self.room[slot.offset + i] = 0
+        entry = self.queue_claims.get(request_id)
+        if entry is None:
+            entry = self.queue_claims[request_id] = (slot.lm, [])
+        entry[1].append(i)
+
     # -- reservations ---------------------------------------------------------------
 
     def reserve(self, request_id: str, slot: LMSlot, i: int, cpu_m: int, mem_mib: int) -> None:
@@ -260,6 +321,14 @@ class FederationView:
         entry[1].append((i, cpu_m, mem_mib))
 
     def release(self, request_id: str) -> None:
+        claims = self.queue_claims.pop(request_id, None)
+        if claims is not None:
+            slot = self.slots.get(claims[0])
+            if slot is not None and slot.snapshot.queue_room is not None:
+                for i in claims[1]:  # as the LM last showed it (an answer reloads it anyway)
+                    if slot.snapshot.queue_room[i]:
+                        self.room[slot.offset + i] = 1
+                        self.room_gained = True
         entry = self.inflight.pop(request_id, None)
         if entry is None:
             return

@@ -20,7 +20,7 @@ Conventions:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Literal
 
 from bitarray import bitarray, frozenbitarray
@@ -338,6 +338,7 @@ class RunningWire(WireModel):
     cpu_m: PositiveInt
     mem_mib: PositiveInt
     logical: bool = False
+    queued: bool = False  # waits in its node's local queue: holds no resources yet
 
 
 def _node_count(info: ValidationInfo) -> int | None:
@@ -361,6 +362,8 @@ class LMSnapshotWire(WireModel):
     up: Annotated[str, Field(pattern=r"^[0-9a-f]*$")]  # hex, see the module docstring
     # None: this snapshot does not list running attempts (LM replies); heartbeats always do.
     running: list[RunningWire] | None = None
+    # with local queues: the nodes whose queue has room, hex like `up`
+    queue_room: Annotated[str, Field(pattern=r"^[0-9a-f]*$")] | None = None
 
     @field_validator("free_cpu", "free_mem")
     @classmethod
@@ -509,9 +512,11 @@ def snapshot_to_wire(snapshot: LMSnapshot) -> LMSnapshotWire:
                 cpu_m=r.cpu_m,
                 mem_mib=r.mem_mib,
                 logical=r.logical,
+                queued=r.queued,
             )
             for r in snapshot.running
         ],
+        queue_room=None if snapshot.queue_room is None else up_to_hex(snapshot.queue_room),
     )
 
 
@@ -526,6 +531,7 @@ def snapshot_from_wire(wire: LMSnapshotWire, cache: TopologyCache) -> LMSnapshot
             cpu_m=r.cpu_m,
             mem_mib=r.mem_mib,
             logical=r.logical,
+            queued=r.queued,
         )
         for r in wire.running
     )
@@ -537,7 +543,9 @@ def _snapshot_on(wire: LMSnapshotWire | LMStateWire, topology: ClusterTopology,
     """The changing part of `wire` on a topology already decoded (or cached)."""
     return LMSnapshot(lm=wire.lm, epoch=wire.epoch, seq=wire.seq, topology=topology,
                       free_cpu=tuple(wire.free_cpu), free_mem=tuple(wire.free_mem),
-                      up=up_from_hex(wire.up, len(topology.nodes)), running=running)
+                      up=up_from_hex(wire.up, len(topology.nodes)), running=running,
+                      queue_room=None if wire.queue_room is None
+                      else up_from_hex(wire.queue_room, len(topology.nodes)))
 
 
 def heartbeat_from_wire(
@@ -568,14 +576,18 @@ class LMStateWire(WireModel):
     free_cpu: list[Annotated[int, Field(strict=True)]]
     free_mem: list[Annotated[int, Field(strict=True)]]
     up: Annotated[str, Field(pattern=r"^[0-9a-f]*$")]
+    queue_room: Annotated[str, Field(pattern=r"^[0-9a-f]*$")] | None = None
 
     @model_validator(mode="after")
     def _same_lengths(self) -> LMStateWire:
         if len(self.free_mem) != len(self.free_cpu):
             raise ValueError(f"free_mem has {len(self.free_mem)} entries, "
                              f"free_cpu {len(self.free_cpu)}")
-        if len(self.up) != math.ceil(len(self.free_cpu) / 4):
-            raise ValueError(f"up has {len(self.up)} hex digits for {len(self.free_cpu)} nodes")
+        for name in ("up", "queue_room"):
+            value = getattr(self, name)
+            if value is not None and len(value) != math.ceil(len(self.free_cpu) / 4):
+                raise ValueError(f"{name} has {len(value)} hex digits for "
+                                 f"{len(self.free_cpu)} nodes")
         return self
 
 
@@ -620,7 +632,9 @@ def reply_to_wire(reply: ReplyToGM, lm: str, known_epoch: int | None = None) -> 
     if known_epoch is not None and known_epoch == snapshot.epoch:
         state = LMStateWire(lm=snapshot.lm, epoch=snapshot.epoch, seq=snapshot.seq,
                             free_cpu=list(snapshot.free_cpu), free_mem=list(snapshot.free_mem),
-                            up=up_to_hex(snapshot.up))
+                            up=up_to_hex(snapshot.up),
+                            queue_room=None if snapshot.queue_room is None
+                            else up_to_hex(snapshot.queue_room))
         return LMReply(lm=lm, request_id=reply.request_id, results=results, state=state)
     return LMReply(lm=lm, request_id=reply.request_id, results=results,
                    snapshot=snapshot_to_wire(snapshot))
@@ -705,7 +719,7 @@ class TaskEventBatchWire(WireModel):
 # --- worker agent -> LM --------------------------------------------------------------------------
 
 
-WorkerReportKind = Literal["started", "finished", "failed", "cancelled"]
+WorkerReportKind = Literal["started", "finished", "failed", "cancelled", "suspended"]
 
 
 class WorkerReport(WireModel):
@@ -734,6 +748,7 @@ class WorkerReportBatch(WireModel):
 class WorkerHeartbeatWire(WireModel):
     worker: Name
     running: list[PlacementWire] = Field(default_factory=list)
+    queued: list[Name] = Field(default_factory=list)  # those of `running` in a local queue
 
 
 def report_to_wire(report: ReportToLM, worker: str) -> WorkerReport:
@@ -761,8 +776,10 @@ def worker_report_to_event(
     return worker_report_event(wire.worker, report_from_wire(wire), stimulus_id)
 
 
-def worker_heartbeat_to_wire(worker: str, running: Sequence[Placement]) -> WorkerHeartbeatWire:
-    return WorkerHeartbeatWire(worker=worker, running=[placement_to_wire(p) for p in running])
+def worker_heartbeat_to_wire(worker: str, running: Sequence[Placement],
+                             queued: Iterable[str] = ()) -> WorkerHeartbeatWire:
+    return WorkerHeartbeatWire(worker=worker, running=[placement_to_wire(p) for p in running],
+                               queued=sorted(queued))
 
 
 def worker_heartbeat_from_wire(wire: WorkerHeartbeatWire, stimulus_id: str) -> WorkerHeartbeat:
@@ -770,5 +787,6 @@ def worker_heartbeat_from_wire(wire: WorkerHeartbeatWire, stimulus_id: str) -> W
         stimulus_id=stimulus_id,
         worker=wire.worker,
         running=tuple(placement_from_wire(p) for p in wire.running),
+        queued=frozenset(wire.queued),
     )
 

@@ -6,20 +6,33 @@ of a named policy (`common/policies/local_queue.py`), and reports started, finis
 and cancelled attempts to its LM. It never runs an attempt id twice: ids of live and recently
 ended attempts are remembered and duplicates are refused.
 
+Optionally (`preemptive`) a node's queue is preemptive: an arrival that does not fit, and whose
+job has far less estimated remaining work than running tasks there, suspends the fewest of
+them that make room. A suspended attempt waits in the queue again with the work it has left,
+and its reported runtime is its whole time running.
+
 Like every role it is a state object with one entry point, `handle(event, now)`, that returns
 commands (`RunTask`, `KillTask`, `ReportToLM`, `Log`) for the driver to carry out.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from common.commands import Command, KillTask, Log, ReportToLM, RunTask
 from common.errors import InvalidInput, InvariantViolated
-from common.events import Event, TaskAssigned, TaskCancelled, TaskRunEnded, Tick
+from common.events import (
+    Event,
+    JobReprioritized,
+    TaskAssigned,
+    TaskCancelled,
+    TaskRunEnded,
+    Tick,
+)
 from common.lifecycle import check_transition
 from common.messages import Placement
 from common.models import NodeSpec, validate_node
@@ -31,6 +44,10 @@ from common.step import Step
 from common.story import TransitionLog
 
 DEFAULT_ENDED_MEMORY = 20_000
+# An attempt is suspended at most this often, then runs to its end: this bounds the thrash of
+# a long task that a stream of short arrivals would otherwise pause again and again (each
+# suspension costs a kill, two reports and a restart, and delays the long task's job).
+MAX_SUSPENSIONS = 3
 
 
 class AttemptState(StrEnum):
@@ -49,7 +66,10 @@ ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
         {AttemptState.QUEUED, AttemptState.RUNNING, AttemptState.FAILED, AttemptState.CANCELLED}
     ),
     AttemptState.QUEUED: frozenset({AttemptState.RUNNING, AttemptState.CANCELLED}),
-    AttemptState.RUNNING: frozenset({AttemptState.FINISHED, AttemptState.CANCELLED}),
+    # running -> queued: suspended by a preemptive queue for a much shorter arrival
+    AttemptState.RUNNING: frozenset(
+        {AttemptState.FINISHED, AttemptState.CANCELLED, AttemptState.QUEUED}
+    ),
     AttemptState.FINISHED: frozenset(),
     AttemptState.CANCELLED: frozenset(),
     AttemptState.FAILED: frozenset(),
@@ -79,7 +99,14 @@ class _NodeState:
 class _LiveAttempt:
     placement: Placement
     state: AttemptState
-    since: float  # when it entered `state`: queued time gives the worker-queuing part
+    # when it entered `state`: queued time gives the worker-queuing part; running, the start
+    # of its current run
+    since: float
+    run_for: float | None = None  # running: the current run's planned wall time (RunTask's)
+    # the work it has left once suspended; None while it never was (its task's duration)
+    remaining_work: float | None = None
+    ran_seconds: float = 0.0  # wall time of its runs before its suspensions
+    suspensions: int = 0
 
 
 class WorkerAgent:
@@ -95,7 +122,13 @@ class WorkerAgent:
         ended_memory: int = DEFAULT_ENDED_MEMORY,
         speed: SpeedModel | None = None,
         speed_seed: int = 0,
+        aging: float = 0.0,
+        preemptive: bool = False,
+        preempt_factor: float = 10.0,
     ) -> None:
+        """`aging`: work-seconds of priority credit a queued task gains per second waited
+        (`srpt`). `preemptive`: an arrival that does not fit suspends running tasks whose
+        priority is at least `preempt_factor` times its own, when that makes room."""
         if not worker_id:
             raise InvalidInput("worker_id", "must be a non-empty string")
         queue_class = LOCAL_QUEUE_POLICIES.get(queue_policy)
@@ -103,9 +136,16 @@ class WorkerAgent:
             raise InvalidInput("max_queue", f"must be >= 0, got {max_queue}")
         if ended_memory < 1:
             raise InvalidInput("ended_memory", f"must be >= 1, got {ended_memory}")
+        if not 0 <= aging < math.inf:
+            raise InvalidInput("aging", f"must be a finite number >= 0, got {aging}")
+        if not 1 < preempt_factor < math.inf:
+            raise InvalidInput("preempt_factor", f"must be a finite number > 1, got "
+                                                 f"{preempt_factor}")
         self.worker_id = worker_id
         self.queue_policy = queue_policy
         self.max_queue = max_queue
+        self.preemptive = preemptive
+        self.preempt_factor = preempt_factor
         self._nodes: dict[str, _NodeState] = {}
         for index, node in enumerate(nodes):
             validate_node(node)
@@ -116,9 +156,10 @@ class WorkerAgent:
                     f"nodes[{index}].worker", f"{node.worker!r} is not this worker {worker_id!r}"
                 )
             self._nodes[node.node_id] = _NodeState(
-                node, node.capacity.cpu_m, node.capacity.mem_mib, {}, queue_class(),
+                node, node.capacity.cpu_m, node.capacity.mem_mib, {}, queue_class(aging=aging),
                 None if speed is None else NodeSpeed(speed, f"{speed_seed}/{node.node_id}"))
         self._live: dict[str, _LiveAttempt] = {}
+        self._live_by_job: dict[str, set[str]] = {}  # job id -> its live attempts' ids
         # terminal states of recent attempts: refuses late duplicates with flat memory
         self._ended: OrderedDict[str, AttemptState] = OrderedDict()
         self._ended_memory = ended_memory
@@ -129,6 +170,7 @@ class WorkerAgent:
             TaskAssigned: self._on_assigned,
             TaskRunEnded: self._on_run_ended,
             TaskCancelled: self._on_cancelled,
+            JobReprioritized: self._on_reprioritized,
             Tick: self._on_tick,
         }
 
@@ -147,6 +189,12 @@ class WorkerAgent:
     def running_placements(self) -> tuple[Placement, ...]:
         """Everything running or queued here, for the heartbeat that lets an LM adopt it."""
         return tuple(live.placement for live in self._live.values())
+
+    def queued_ids(self) -> frozenset[str]:
+        """The attempts waiting in a local queue (suspended ones too), for the heartbeat that
+        lets a restarted LM tell them from the running ones."""
+        return frozenset(attempt_id for attempt_id, live in self._live.items()
+                         if live.state is AttemptState.QUEUED)
 
     def story(self, *keys: str) -> list[dict]:
         return self._log.story(*keys)
@@ -195,7 +243,10 @@ class WorkerAgent:
         elif node.fits(demand):
             # Work conservation keeps every queued task of this node unable to fit its free
             # resources, so none of higher order could start before this one if it fits now.
-            self._start(step, node, placement, AttemptState.NEW)
+            self._start(step, node, placement)
+        elif self.preemptive and self._suspend_for(step, node, placement):
+            self._start(step, node, placement)
+            self._start_queued(step, node)  # what the victims freed beyond the arrival's need
         elif self._queued_total >= self.max_queue:
             self._refuse(step, placement, "local queue full")
         else:
@@ -210,9 +261,46 @@ class WorkerAgent:
         placement = live.placement
         node = self._nodes[placement.node_id]
         self._release(step, node, placement, AttemptState.FINISHED)
-        step.emit(ReportToLM(Reason.FINISHED, placement.attempt_id, runtime=event.runtime))
-        step.emit(Log("task_finished", self._fields(placement, runtime=event.runtime)))
+        # the runner measured its last run only: a suspended attempt ran before, too
+        runtime = live.ran_seconds + event.runtime
+        fields = self._fields(placement, runtime=runtime)
+        if live.suspensions:
+            fields["suspensions"] = live.suspensions
+        step.emit(ReportToLM(Reason.FINISHED, placement.attempt_id, runtime=runtime))
+        step.emit(Log("task_finished", fields))
         self._start_queued(step, node)
+
+    def _on_reprioritized(self, event: JobReprioritized, step: Step) -> None:
+        """The job's attempts here take its new priority; the queued ones are re-keyed.
+        Nothing starts: an order change frees no resources."""
+        priority = event.priority
+        if not math.isfinite(priority):
+            raise InvalidInput("priority", f"must be a finite number, got {priority}")
+        attempts = self._live_by_job.get(event.job_id)
+        if not attempts:
+            return
+        queued_on: dict[str, _NodeState] = {}
+        for attempt_id in attempts:
+            live = self._live[attempt_id]
+            placement = live.placement
+            if placement.priority == priority:
+                continue
+            node = self._nodes[placement.node_id]
+            if live.state is AttemptState.QUEUED:
+                queued_on[placement.node_id] = node
+            else:
+                # a new placement, not a mutated one: the simulator shares it among roles
+                live.placement = node.running[attempt_id] = replace(placement, priority=priority)
+        requeued = sum(node.queue.reprioritize(event.job_id, priority)
+                       for node in queued_on.values())
+        if not requeued:
+            return
+        for attempt_id in attempts:
+            live = self._live[attempt_id]
+            if live.state is AttemptState.QUEUED:
+                live.placement = self._nodes[live.placement.node_id].queue.get(attempt_id)
+        step.emit(Log("worker_reprioritized", {"job": event.job_id, "priority": priority,
+                                               "requeued": requeued, "worker": self.worker_id}))
 
     def _on_cancelled(self, event: TaskCancelled, step: Step) -> None:
         attempt_id = event.attempt_id
@@ -252,25 +340,35 @@ class WorkerAgent:
         step: Step,
         node: _NodeState,
         placement: Placement,
-        old: AttemptState,
+        live: _LiveAttempt | None = None,
         queued_seconds: float = 0.0,
     ) -> None:
+        """Start a new attempt (`live` None) or a queued one, suspended before or not."""
         attempt_id = placement.attempt_id
         now = step.now
-        self._transition(step, attempt_id, old, AttemptState.RUNNING)
+        if live is None:
+            self._transition(step, attempt_id, AttemptState.NEW, AttemptState.RUNNING)
+            live = self._live[attempt_id] = _LiveAttempt(placement, AttemptState.RUNNING, now)
+            self._index_job(placement)
+        else:
+            self._transition(step, attempt_id, AttemptState.QUEUED, AttemptState.RUNNING)
+            live.placement, live.state, live.since = placement, AttemptState.RUNNING, now
         demand = placement.task.demand
         node.free_cpu -= demand.cpu_m
         node.free_mem -= demand.mem_mib
         node.running[attempt_id] = placement
-        self._live[attempt_id] = _LiveAttempt(placement, AttemptState.RUNNING, now)
-        duration = placement.task.duration
-        fields = self._fields(placement, duration=duration,
+        work = placement.task.duration
+        fields = self._fields(placement, duration=work,
                              queued_seconds=queued_seconds, priority=placement.priority,
                              pilot=placement.pilot)
-        if node.speed is not None and duration is not None:
+        if live.suspensions:
+            work = fields["remaining_work"] = live.remaining_work
+            fields["resumed"] = True
+        if node.speed is not None and work is not None:
             # a varying node: its duration is work, the run lasts what the node takes to do it
-            duration = fields["run_for"] = node.speed.time_to_do(now, duration)
-        step.emit(RunTask(attempt_id, node.spec.node_id, duration=duration))
+            work = fields["run_for"] = node.speed.time_to_do(now, work)
+        live.run_for = work
+        step.emit(RunTask(attempt_id, node.spec.node_id, duration=work))
         step.emit(ReportToLM(Reason.STARTED, attempt_id, at=now))
         step.emit(Log("task_started", fields))
 
@@ -278,9 +376,10 @@ class WorkerAgent:
         attempt_id = placement.attempt_id
         self._transition(step, attempt_id, AttemptState.NEW, AttemptState.QUEUED)
         self._arrival_seq += 1
-        node.queue.push(placement, self._arrival_seq)
+        node.queue.push(placement, self._arrival_seq, step.now)
         self._queued_total += 1
         self._live[attempt_id] = _LiveAttempt(placement, AttemptState.QUEUED, step.now)
+        self._index_job(placement)
         fields = self._fields(placement, queue_length=len(node.queue),
                              priority=placement.priority, pilot=placement.pilot)
         step.emit(Log("task_queued", fields))
@@ -300,8 +399,75 @@ class WorkerAgent:
         for placement in chosen:
             node.queue.remove(placement.attempt_id)
             self._queued_total -= 1
-            queued_since = self._live[placement.attempt_id].since
-            self._start(step, node, placement, AttemptState.QUEUED, step.now - queued_since)
+            live = self._live[placement.attempt_id]
+            self._start(step, node, placement, live, step.now - live.since)
+
+    # --- preemptive mode ------------------------------------------------------------------
+
+    def _suspend_for(self, step: Step, node: _NodeState, arrival: Placement) -> bool:
+        """Suspend the running attempts that make room for `arrival`, if some do."""
+        victims = _fewest_releasing(self._candidates(node, arrival),
+                                    arrival.task.demand.cpu_m - node.free_cpu,
+                                    arrival.task.demand.mem_mib - node.free_mem)
+        # a suspended attempt waits in the queue: it needs room there
+        if not victims or self._queued_total + len(victims) > self.max_queue:
+            return False
+        for victim in victims:
+            self._suspend(step, node, self._live[victim.attempt_id], arrival.attempt_id)
+        return True
+
+    def _candidates(self, node: _NodeState, arrival: Placement) -> list[Placement]:
+        """Running attempts the arrival may suspend, the longest (and then the latest
+        started, which lose the least work) first."""
+        if arrival.pilot:
+            threshold = 0.0  # a pilot counts as the shortest: any estimate is far longer
+        elif arrival.priority > 0:
+            threshold = self.preempt_factor * arrival.priority
+        else:
+            return []  # no estimate: nothing to weigh a running task against
+        live = self._live
+        candidates = [
+            placement for attempt_id, placement in node.running.items()
+            if not placement.pilot and placement.priority > 0
+            and placement.priority >= threshold
+            and live[attempt_id].suspensions < MAX_SUSPENSIONS
+        ]
+        candidates.sort(key=lambda p: (-p.priority, -live[p.attempt_id].since))
+        return candidates
+
+    def _suspend(self, step: Step, node: _NodeState, live: _LiveAttempt, for_attempt: str) -> None:
+        placement = live.placement
+        attempt_id = placement.attempt_id
+        now = step.now
+        ran = max(0.0, now - live.since)
+        remaining = live.remaining_work if live.suspensions else placement.task.duration
+        work_done = None
+        if remaining is not None:
+            # The work done is the planned run's elapsed share of the work it had to do:
+            # exact at constant speed, close when the node's speed varies (NodeSpeed answers
+            # how long work takes, not how much work a time does).
+            run_for = live.run_for
+            work_done = remaining if not run_for else remaining * min(1.0, ran / run_for)
+            remaining -= work_done
+        del node.running[attempt_id]
+        demand = placement.task.demand
+        node.free_cpu += demand.cpu_m
+        node.free_mem += demand.mem_mib
+        self._transition(step, attempt_id, AttemptState.RUNNING, AttemptState.QUEUED,
+                         f"suspended for {for_attempt}")
+        live.state, live.since, live.run_for = AttemptState.QUEUED, now, None
+        live.remaining_work = remaining
+        live.ran_seconds += ran
+        live.suspensions += 1
+        self._arrival_seq += 1
+        node.queue.push(placement, self._arrival_seq, now)  # its wait ages from now
+        self._queued_total += 1
+        step.emit(KillTask(attempt_id))  # drivers cancel its run: no TaskRunEnded follows
+        step.emit(ReportToLM(Reason.SUSPENDED, attempt_id, at=now))
+        step.emit(Log("task_suspended", self._fields(
+            placement, work_done=work_done, remaining_work=remaining, for_attempt=for_attempt,
+            priority=placement.priority, suspensions=live.suspensions,
+            ran_seconds=live.ran_seconds)))
 
     def _release(
         self, step: Step, node: _NodeState, placement: Placement, new: AttemptState
@@ -327,10 +493,22 @@ class WorkerAgent:
         detail: str = "",
     ) -> None:
         self._transition(step, attempt_id, old, new, detail)
-        self._live.pop(attempt_id, None)
+        live = self._live.pop(attempt_id, None)
+        if live is not None:
+            self._unindex_job(live.placement)
         self._ended[attempt_id] = new
         if len(self._ended) > self._ended_memory:
             self._ended.popitem(last=False)
+
+    def _index_job(self, placement: Placement) -> None:
+        self._live_by_job.setdefault(placement.task.job_id, set()).add(placement.attempt_id)
+
+    def _unindex_job(self, placement: Placement) -> None:
+        job_id = placement.task.job_id
+        attempts = self._live_by_job[job_id]
+        attempts.discard(placement.attempt_id)
+        if not attempts:
+            del self._live_by_job[job_id]
 
     def _transition(
         self, step: Step, attempt_id: str, old: AttemptState, new: AttemptState, detail: str = ""
@@ -397,10 +575,27 @@ class WorkerAgent:
                 f"{len(self._live)} live attempts, {running_total} running + {queued_total} queued"
             )
         for attempt_id, live in self._live.items():
-            node = self._nodes[live.placement.node_id]
-            where = node.running if live.state is AttemptState.RUNNING else node.queue
-            if attempt_id not in where or attempt_id in self._ended:
-                raise InvariantViolated(f"attempt {attempt_id}: {live.state} but misfiled")
+            self._validate_live(attempt_id, live)
+        indexed = sum(len(attempts) for attempts in self._live_by_job.values())
+        if indexed != len(self._live):
+            raise InvariantViolated(f"{indexed} attempts indexed by job, {len(self._live)} live")
+
+    def _validate_live(self, attempt_id: str, live: _LiveAttempt) -> None:
+        placement = live.placement
+        node = self._nodes[placement.node_id]
+        if live.state is AttemptState.RUNNING:
+            filed = node.running.get(attempt_id)
+        else:
+            filed = node.queue.get(attempt_id)
+        # the very object: a re-keyed priority reaches the books and the heartbeat alike
+        if filed is not placement or attempt_id in self._ended:
+            raise InvariantViolated(f"attempt {attempt_id}: {live.state} but misfiled")
+        if attempt_id not in self._live_by_job.get(placement.task.job_id, ()):
+            raise InvariantViolated(f"attempt {attempt_id}: not indexed by its job")
+        if not 0 <= live.suspensions <= MAX_SUSPENSIONS:
+            raise InvariantViolated(f"attempt {attempt_id}: suspended {live.suspensions} times")
+        if live.suspensions and live.remaining_work is not None and live.remaining_work < 0:
+            raise InvariantViolated(f"attempt {attempt_id}: negative remaining work")
 
     def _validate_queue(self, node: _NodeState) -> None:
         # work conservation: a queued task that fits now should have been started
@@ -409,3 +604,37 @@ class WorkerAgent:
                 raise InvariantViolated(
                     f"node {node.spec.node_id}: queued {placement.attempt_id} fits {node.free}"
                 )
+
+
+def _fewest_releasing(
+    candidates: Sequence[Placement], need_cpu: int, need_mem: int
+) -> list[Placement]:
+    """Victims among `candidates` (most wanted first) whose demands add up to the need in
+    both kinds; empty if all of them do not.
+
+    One victim when one suffices (the first such). Otherwise the shortest prefix that
+    suffices, less those the others make redundant (the last first): no victim is left that
+    the arrival could do without, so none of them fits what remains beside the arrival. The
+    true minimum is a set cover; a node runs few tasks, and one victim is the common case.
+    """
+    for placement in candidates:
+        demand = placement.task.demand
+        if demand.cpu_m >= need_cpu and demand.mem_mib >= need_mem:
+            return [placement]
+    chosen: list[Placement] = []
+    cpu = mem = 0
+    for placement in candidates:
+        chosen.append(placement)
+        cpu += placement.task.demand.cpu_m
+        mem += placement.task.demand.mem_mib
+        if cpu >= need_cpu and mem >= need_mem:
+            break
+    else:
+        return []
+    for placement in reversed(chosen[:-1]):  # the last one was needed to reach the need
+        demand = placement.task.demand
+        if cpu - demand.cpu_m >= need_cpu and mem - demand.mem_mib >= need_mem:
+            chosen.remove(placement)
+            cpu -= demand.cpu_m
+            mem -= demand.mem_mib
+    return chosen

@@ -115,8 +115,9 @@ class _Attempt:
     started: float | None = None
     cpu_m: int = 0
     user: str = ""
-    lm_start: float | None = None
+    lm_start: float | None = None  # when it took its resources at the LM
     lm_end: float | None = None
+    queued: bool = False  # launched into its node's local queue: resources from its start
 
 
 @dataclass(slots=True)
@@ -232,9 +233,10 @@ class RunAnalysis:
             "jobs_failed": sum(job.failed for job in jobs),
             "tasks_started": len(self._first_starts()),
         }
-        for name in ("launches", "launches_refused", "repartitions", "preemption_attempts",
-                     "preemptions", "preemptions_refused", "requeues", "tasks_lost",
-                     "tasks_failed", "nodes_down", "events_missing_fields"):
+        for name in ("launches", "launches_queued", "launches_refused", "repartitions",
+                     "preemption_attempts", "preemptions", "preemptions_refused",
+                     "suspensions", "resumes", "requeues", "tasks_lost", "tasks_failed",
+                     "nodes_down", "events_missing_fields"):
             counts[name] = self.counts.get(name, 0)
         counts["launches_refused_by_reason"] = dict(self.refusals.most_common())
         counts["requeues_by_reason"] = dict(self.requeues.most_common())
@@ -425,7 +427,13 @@ def _launched(run: RunAnalysis, e: dict) -> None:
     attempt = run.attempts[e["attempt"]]
     attempt.task = e["task"]
     attempt.launched, attempt.launched_h = e["ts"], float(e.get("handle_s", 0.0))
-    attempt.lm_start, attempt.cpu_m, attempt.user = e["ts"], int(e.get("cpu_m", 0)), e["user"]
+    attempt.cpu_m, attempt.user = int(e.get("cpu_m", 0)), e["user"]
+    if e.get("queued"):  # it holds resources from its start at the worker
+        run.counts["launches_queued"] += 1
+        attempt.queued = True
+        attempt.lm_start = attempt.started
+    else:
+        attempt.lm_start = e["ts"]
 
 
 def _received(run: RunAnalysis, e: dict) -> None:
@@ -435,7 +443,12 @@ def _received(run: RunAnalysis, e: dict) -> None:
 
 
 def _started(run: RunAnalysis, e: dict) -> None:
+    if e.get("resumed"):  # a suspended attempt running again: its first start counts
+        run.counts["resumes"] += 1
+        return
     attempt = run.attempts[e["attempt"]]
+    if attempt.queued:
+        attempt.lm_start = e["ts"]
     attempt.task = e["task"]
     attempt.started = e["ts"]
     if attempt.received is None:  # started at once: received and started by one event
@@ -503,6 +516,7 @@ _HANDLERS = {
     "preemption_refused": _counter("preemptions_refused"),
     "task_requeued": _requeued,
     "node_down": _counter("nodes_down"),
+    "task_suspended": _counter("suspensions"),
     "gm_starting": _gm_starting,
     "lm_started": _lm_started,
     **dict.fromkeys(LM_ENDS, _lm_end),

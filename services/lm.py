@@ -134,7 +134,7 @@ class LMService:
             topology, now=now, epoch=epoch or int(now * 1000),
             heartbeat_interval=timing.heartbeat_interval, worker_timeout=timing.worker_timeout,
             heartbeat_keepalive=timing.heartbeat_keepalive,
-            recovering=recovering)
+            recovering=recovering, queue_depth=federation.policies.local_queues.depth)
         self.runner = CoreRunner(self.core, lm_id, self.log)
         self.gms = frozenset(federation.gms)
         self.capacity = lm_capacity(federation, lm_id)  # logged at start, for megha inspect

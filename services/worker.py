@@ -111,10 +111,7 @@ class WorkerService:
         self.burn_cpu = burn_cpu
         self.log = log or EventLog(worker_id)
         self.nodes = federation.worker_nodes(worker_id)
-        self.core = WorkerAgent(worker_id, self.nodes,
-                                queue_policy=federation.policies.local_queue,
-                                speed=federation.variability.speed_model(),
-                                speed_seed=federation.seed)
+        self.core = WorkerAgent(worker_id, self.nodes, **federation.worker_options())
         self.runner = CoreRunner(self.core, worker_id, self.log)
         # attempt id -> what holds its resources: a timer, or a task (burn_cpu, no duration)
         self.runs: dict[str, asyncio.TimerHandle | asyncio.Task] = {}
@@ -241,7 +238,10 @@ class WorkerService:
             else:
                 await asyncio.Event().wait()  # until killed
         finally:
-            self.runs.pop(command.attempt_id, None)
+            # a cancel takes effect an iteration later: the attempt may be running again
+            # (suspended, then resumed) under a new task, which keeps its place
+            if self.runs.get(command.attempt_id) is asyncio.current_task():
+                del self.runs[command.attempt_id]
         self._report_end(command.attempt_id, started)
 
     def _ended(self, attempt_id: str, started: float) -> None:
@@ -268,7 +268,7 @@ class WorkerService:
         if not self.outbox.offer(_OutgoingReport(report, asyncio.get_running_loop().time())):
             self._dropped([report], f"outbox full ({REPORT_OUTBOX_LIMIT} reports)")
             return
-        if command.kind is not Reason.STARTED:
+        if command.kind is not Reason.STARTED and command.kind is not Reason.SUSPENDED:
             self._ending.add(command.attempt_id)
 
     # -- to the LM ---------------------------------------------------------------------------
@@ -285,7 +285,7 @@ class WorkerService:
             await self._deliver_once(items)
         finally:
             for item in items:
-                if item.report.kind != "started":
+                if item.report.kind not in ("started", "suspended"):  # not an end
                     self._ending.discard(item.report.attempt_id)
                     self._placements.pop(item.report.attempt_id, None)
 
@@ -331,8 +331,8 @@ class WorkerService:
         url = f"{self.lm_url}/v1/worker/heartbeat"
         next_at = loop.time()
         while True:
-            body = worker_heartbeat_to_wire(self.worker_id,
-                                            self.heartbeat_placements()).model_dump_json()
+            body = worker_heartbeat_to_wire(self.worker_id, self.heartbeat_placements(),
+                                            self.core.queued_ids()).model_dump_json()
             try:
                 # about an interval at most: the next heartbeat carries fresher news
                 response = await self.client.post(url, body, timeout=timeout)

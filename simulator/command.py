@@ -65,6 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--variability", choices=("none", "two-state", "gamma"), default=None,
                      help="megha and centralized: how nodes' speeds vary, with its defaults "
                           "(default: the federation file's [variability]; none for --nodes)")
+    sim.add_argument("--queue-depth", type=int, default=None, metavar="N",
+                     help="megha and centralized: tasks may wait in a busy node's local queue "
+                          "at its worker, up to N per node, in SRPT order (default: the "
+                          "federation file's [policies.local_queues] depth; 0 for --nodes)")
     sim.add_argument("--probe-ratio", type=float, default=DEFAULT_PROBE_RATIO,
                      help="sparrow: probes per task (default 2)")
     sim.add_argument("--log", type=Path, default=None,
@@ -89,7 +93,8 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
                                               "([timing]) or use --nodes")
         if args.slots:
             raise InvalidInput("--slots", "slot mode needs a generated cluster: give --nodes")
-        return with_job_policy(federation, args.job_policy, args.variability), path
+        return with_job_policy(federation, args.job_policy, args.variability,
+                               args.queue_depth), path
     if args.config is not None:
         raise InvalidInput("--nodes", "give either --config or --nodes, not both")
     node = parse_node(args.node)
@@ -97,16 +102,25 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
     federation = shaped_federation(
         args.nodes, gms, lms, slots=args.slots, node=node, nodes_per_worker=args.nodes_per_worker,
         heartbeat_interval=10.0 if args.heartbeat is None else args.heartbeat, seed=args.seed)
-    return (with_job_policy(federation, args.job_policy, args.variability),
+    return (with_job_policy(federation, args.job_policy, args.variability, args.queue_depth),
             f"{args.nodes} nodes, {gms} GMs, {lms} LMs")
 
 
 def with_job_policy(federation: Federation, job_policy: str | None,
-                    variability: str | None = None) -> Federation:
-    """`federation` with its GMs' job policy (`--job-policy`) and its nodes' speed model
-    (`--variability`, with that model's defaults) replaced, where given."""
+                    variability: str | None = None, queue_depth: int | None = None
+                    ) -> Federation:
+    """`federation` with its GMs' job policy (`--job-policy`), its nodes' speed model
+    (`--variability`, with that model's defaults) and its local queues' depth
+    (`--queue-depth`) replaced, where given."""
     if job_policy is not None:
         policies = federation.policies.model_copy(update={"job": job_policy})
+        federation = dataclasses.replace(federation, policies=policies)
+    if queue_depth is not None:
+        if queue_depth < 0:
+            raise InvalidInput("--queue-depth", f"must be >= 0, got {queue_depth}")
+        local_queues = federation.policies.local_queues.model_copy(
+            update={"depth": queue_depth})
+        policies = federation.policies.model_copy(update={"local_queues": local_queues})
         federation = dataclasses.replace(federation, policies=policies)
     if variability is not None:
         federation = dataclasses.replace(federation, variability=Variability(model=variability))

@@ -38,6 +38,7 @@ from common.models import JobSpec, TaskSpec
 from common.resources import Resources
 from common.routing import GM, LM, ROUTES, WORKER, Receiver, Route, StimulusIds
 from common.startlog import TIMED_EVENTS, gm_starting, lm_capacity
+from common.worker import AttemptState as WorkerAttemptState
 from common.worker import WorkerAgent
 from simulator.engine import DelayModel, Engine
 from simulator.eventlog import SimLog
@@ -92,13 +93,13 @@ class FederatedSimulation:
                                                 topologies=topologies))
                     for gm in federation.gms}
         self._last_heartbeat: dict[str, object] = {}
+        depth = federation.policies.local_queues.depth
         self.lms = {t.lm: _Actor(t.lm, LocalMaster(t, heartbeat_interval=timing.heartbeat_interval,
-                                                   worker_timeout=math.inf))
+                                                   worker_timeout=math.inf, queue_depth=depth))
                     for t in topologies}
-        speed = federation.variability.speed_model()
+        options = federation.worker_options()
         self.workers = {worker: _Actor(worker, WorkerAgent(
-            worker, federation.worker_nodes(worker), queue_policy=federation.policies.local_queue,
-            speed=speed, speed_seed=federation.seed))
+            worker, federation.worker_nodes(worker), **options))
             for worker in federation.workers()}
         self.worker_lm = federation.workers()
         self.queue_gm = {queue.name: queue.gm for queue in federation.queues}
@@ -250,13 +251,16 @@ class FederatedSimulation:
                       took if event in TIMED_EVENTS else None)
 
     def _run_task(self, source: _Actor, c: RunTask, cause: str, at: float, took: float) -> None:
-        duration = c.duration or 0.0
-        self._running[c.attempt_id] = (source, c.attempt_id.rpartition("#")[0], duration)
-        self.engine.at(at + duration, self._task_ran, c.attempt_id)
+        run = (source, c.attempt_id.rpartition("#")[0], c.duration or 0.0)
+        self._running[c.attempt_id] = run
+        # the end carries its run: a run killed (suspended) and run again has an end of its own
+        self.engine.at(at + run[2], self._task_ran, (c.attempt_id, run))
 
     def _kill(self, source: _Actor, c: KillTask, cause: str, at: float, took: float) -> None:
         self._running.pop(c.attempt_id, None)  # its scheduled end finds nothing to end
-        self._revoked.discard(c.attempt_id)
+        if source.core.state_of(c.attempt_id) is not WorkerAttemptState.QUEUED:
+            # ended for good; a suspended attempt runs again, and a stop may still reach it
+            self._revoked.discard(c.attempt_id)
 
     def _stop(self, deliver: Callable, source: _Actor, c: StopOnWorker, cause: str, at: float,
               took: float) -> None:
@@ -272,11 +276,12 @@ class FederatedSimulation:
         if self._all_ended():
             self.engine.stopped = True
 
-    def _task_ran(self, attempt: str) -> None:
-        running = self._running.pop(attempt, None)
-        if running is None:
-            return  # killed before its end
-        worker, task, duration = running
+    def _task_ran(self, scheduled: tuple[str, tuple]) -> None:
+        attempt, run = scheduled
+        if self._running.get(attempt) is not run:
+            return  # killed before its end (and maybe run again: that run has its own end)
+        del self._running[attempt]
+        worker, task, duration = run
         if attempt in self._revoked:
             self._revoked.discard(attempt)
         else:

@@ -71,11 +71,13 @@ class Federation:
     ended_jobs: list[JobEnded] = field(default_factory=list)
     finished_reports: list[str] = field(default_factory=list)  # attempts workers finished
     validate: bool = True
+    queue_depth: int = 0  # [policies.local_queues] depth: attempts may wait on busy nodes
 
     def __post_init__(self) -> None:
         self.gms = {c.gm_id: GlobalMaster(c, topologies=self.topologies) for c in self.gm_configs}
         self.lms = {t.lm: LocalMaster(t, heartbeat_interval=self.heartbeat_interval,
-                                      worker_timeout=self.worker_timeout)
+                                      worker_timeout=self.worker_timeout,
+                                      queue_depth=self.queue_depth)
                     for t in self.topologies}
         self.workers: dict[str, WorkerAgent] = {}
         self.worker_lm: dict[str, str] = {}
@@ -135,7 +137,8 @@ class Federation:
 
     def heartbeat_workers(self) -> None:
         for worker, agent in self.workers.items():
-            event = WorkerHeartbeat(self.stimulus("whb"), worker, agent.running_placements())
+            event = WorkerHeartbeat(self.stimulus("whb"), worker, agent.running_placements(),
+                                    agent.queued_ids())
             self._run("lm", self.worker_lm[worker], event)
 
     def finish(self, attempt_id: str, runtime: float = 1.0) -> None:

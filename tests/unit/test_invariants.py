@@ -170,7 +170,7 @@ class LogAudit:
         assert logical is external, f"{lm} launched {f} with logical={logical!r}"
         asked = self.requested.get(f["attempt"])
         assert asked is not None and asked[0] == gm, f"{lm} launched {f} nobody asked for"
-        allowed = {"repartition", "preempt"} if external else {"launch", "preempt"}
+        allowed = {"repartition", "preempt"} if external else {"launch", "queue", "preempt"}
         assert asked[1] in allowed, f"{lm} launched {f} on a {asked[1]} request"
 
 
@@ -183,7 +183,8 @@ def restart_lm(fed: Federation, lm_id: str) -> None:
     old = fed.lms[lm_id]
     fed.lms[lm_id] = LocalMaster(old.topology, now=fed.now, epoch=old.epoch + 1,
                                  heartbeat_interval=fed.heartbeat_interval,
-                                 worker_timeout=fed.worker_timeout, recovering=True)
+                                 worker_timeout=fed.worker_timeout, recovering=True,
+                                 queue_depth=fed.queue_depth)
 
 
 def check_no_overcommit(fed: Federation) -> None:
@@ -193,6 +194,8 @@ def check_no_overcommit(fed: Federation) -> None:
         used_cpu = [0] * len(topology)
         used_mem = [0] * len(topology)
         for attempt in lm.running.values():
+            if attempt.queued:  # waits in its node's local queue: holds nothing yet
+                continue
             used_cpu[attempt.node_index] += attempt.placement.task.demand.cpu_m
             used_mem[attempt.node_index] += attempt.placement.task.demand.mem_mib
         for i, node_id in enumerate(topology.node_ids):
@@ -243,6 +246,7 @@ class FederationMachine(RuleBasedStateMachine):
     """Random interleavings of submissions, deliveries, completions, time and worker faults."""
 
     job_policy = "fifo"
+    queue_depth = 0  # [policies.local_queues] depth
 
     def __init__(self) -> None:
         super().__init__()
@@ -270,7 +274,7 @@ class FederationMachine(RuleBasedStateMachine):
         placement = "best_fit" if best_fit else "first_fit"
         configs = [GMConfig(gm, queues, job_policy=self.job_policy, placement=placement,
                             seed=seed) for gm in gms]
-        self.fed = Federation(topologies, configs)
+        self.fed = Federation(topologies, configs, queue_depth=self.queue_depth)
         for topology in topologies:
             for node in topology.nodes:
                 self.worker_nodes.setdefault(node.worker, []).append(node)
@@ -421,7 +425,7 @@ class FederationMachine(RuleBasedStateMachine):
         """What this run exercised (`pytest --hypothesis-show-statistics` tallies these)."""
         logs = Counter(record.event for _, record in self.fed.logs)
         event(f"jobs: {min(len(self.submitted), 5)}{'+' if len(self.submitted) > 5 else ''}")
-        for name in ("repartition", "task_preempted", "task_lost", "launch_refused",
+        for name in ("repartition", "task_preempted", "task_lost", "launch_refused", "task_queued",
                      "preemption_refused", "node_down", "job_failed"):
             event(f"{name}: {'yes' if logs[name] else 'no'}")
 
@@ -467,7 +471,8 @@ class FederationMachine(RuleBasedStateMachine):
         fed = self.fed
         for worker, agent in fed.workers.items():
             if worker not in self.dead:
-                beat = WorkerHeartbeat(fed.stimulus("whb"), worker, agent.running_placements())
+                beat = WorkerHeartbeat(fed.stimulus("whb"), worker, agent.running_placements(),
+                                       agent.queued_ids())
                 fed._run("lm", fed.worker_lm[worker], beat)
 
     def _run_past_worker_timeout(self) -> None:
@@ -534,6 +539,14 @@ class SLearnFederationMachine(FederationMachine):
     job_policy = "slearn"
 
 
+class LocalQueueFederationMachine(LMRestartFederationMachine):
+    """The same with local queues two deep: GMs queue tasks on busy nodes, workers start
+    them as room frees, LMs take their resources on the start reports however they are
+    ordered, and LMs restart and adopt queued attempts."""
+
+    queue_depth = 2
+
+
 # About 3-4 s per machine on one core; a failure prints the steps that reproduce it.
 MACHINE_SETTINGS = settings(
     max_examples=100,
@@ -546,6 +559,8 @@ TestFifoFederation.settings = MACHINE_SETTINGS
 TestSLearnFederation = SLearnFederationMachine.TestCase
 TestSLearnFederation.settings = MACHINE_SETTINGS
 TestLMRestartFederation = LMRestartFederationMachine.TestCase
+TestLocalQueueFederation = LocalQueueFederationMachine.TestCase
+TestLocalQueueFederation.settings = MACHINE_SETTINGS
 TestLMRestartFederation.settings = MACHINE_SETTINGS
 
 

@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from common.commands import Command, KillTask, Log, ReportToLM, RunTask
 from common.errors import IllegalTransition, InvalidInput, InvariantViolated
-from common.events import TaskAssigned, TaskCancelled, TaskRunEnded, Tick
+from common.events import JobReprioritized, TaskAssigned, TaskCancelled, TaskRunEnded, Tick
 from common.messages import Placement
 from common.models import NodeSpec, TaskSpec
 from common.reasons import Reason
@@ -70,6 +70,9 @@ class Harness:
     def cancel(self, attempt_id: str, reason: Reason = Reason.PREEMPTED) -> list[Command]:
         return self.send(TaskCancelled(stim(), attempt_id, reason))
 
+    def reprioritize(self, job_id: str, priority: float) -> list[Command]:
+        return self.send(JobReprioritized(stim(), job_id, priority))
+
 
 def harness(*nodes: NodeSpec, **kwargs) -> Harness:
     return Harness(WorkerAgent(WORKER, nodes or (node(),), **kwargs))
@@ -116,6 +119,16 @@ def test_unknown_policy_is_invalid_input_listing_known_names() -> None:
         WorkerAgent(WORKER, [node()], queue_policy="random")
     assert caught.value.field == "queue_policy"
     assert "srpt" in str(caught.value) and "fifo" in str(caught.value)
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("aging", -1.0), ("aging", float("nan")), ("aging", float("inf")),
+    ("preempt_factor", 1.0), ("preempt_factor", 0.5), ("preempt_factor", float("nan")),
+])
+def test_bad_queue_options_are_invalid_input_naming_the_field(option: str, value: float) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        WorkerAgent(WORKER, [node()], **{option: value})
+    assert caught.value.field == option
 
 
 def test_nodes_of_another_worker_or_duplicates_are_refused() -> None:
@@ -176,6 +189,24 @@ def test_queued_tasks_start_in_srpt_order_on_release() -> None:
     )
     assert started_ids(h.end("pilot#1")) == ["short#1"]
     assert started_ids(h.end("short#1")) == ["late#1"]
+
+
+def test_aging_starts_a_long_waiting_task_before_a_shorter_late_one() -> None:
+    h = harness(aging=1.0)
+    h.assign(place("big#1", cpu=1000))  # t=1
+    h.assign(place("long#1", cpu=1000, priority=10.0))  # t=2: static key 12
+    h.send(Tick(stim()), advance=18.0)
+    h.assign(place("short#1", cpu=1000, priority=2.0))  # t=21: key 23, 19 s > 10 / 1 later
+    h.assign(place("shorter#1", cpu=1000, priority=0.5))  # t=22: key 22.5
+    assert started_ids(h.end("big#1")) == ["long#1"]
+    assert started_ids(h.end("long#1")) == ["shorter#1"]
+    # without aging the same arrivals run shortest first
+    plain = harness()
+    plain.assign(place("big#1", cpu=1000))
+    plain.assign(place("long#1", cpu=1000, priority=10.0))
+    plain.send(Tick(stim()), advance=18.0)
+    plain.assign(place("short#1", cpu=1000, priority=2.0))
+    assert started_ids(plain.end("big#1")) == ["short#1"]
 
 
 def test_fifo_policy_starts_in_arrival_order() -> None:
@@ -326,7 +357,70 @@ def test_unhandled_event_is_refused() -> None:
         harness().send(CancelRequested(stim(), "gm-1", "a#1"))
 
 
+# --- a job's estimate changes ----------------------------------------------------------------
+
+
+def test_reprioritize_rekeys_queued_tasks_and_changes_the_start_order() -> None:
+    h = harness(node("n1"), node("n2"))
+    h.assign(place("big#1", cpu=1000))
+    h.assign(place("big2#1", node_id="n2", cpu=1000))
+    h.assign(place("a1#1", cpu=1000, priority=5.0, job="a"))
+    h.assign(place("b1#1", cpu=1000, priority=3.0, job="b"))
+    h.assign(place("a2#1", node_id="n2", cpu=1000, priority=5.0, job="a"))
+    expect(h.reprioritize("a", 1.0),
+           (Log, {"event": "worker_reprioritized",
+                  "fields": {"job": "a", "priority": 1.0, "requeued": 2, "worker": WORKER}}))
+    assert {p.attempt_id: p.priority for p in h.worker.running_placements()}["a1#1"] == 1.0
+    assert started_ids(h.end("big#1")) == ["a1#1"]
+    log = next(c for c in h.end("a1#1") if matches(c, Log, event="task_started"))
+    assert log.fields["attempt"] == "b1#1"
+    assert started_ids(h.end("big2#1")) == ["a2#1"]
+
+
+def test_reprioritize_keeps_the_arrival_tiebreak() -> None:
+    h = harness()
+    h.assign(place("big#1", cpu=1000))
+    h.assign(place("a#1", cpu=1000, priority=5.0, job="a"))
+    h.assign(place("b#1", cpu=1000, priority=2.0, job="b"))
+    h.reprioritize("a", 2.0)  # ties with b: a arrived first
+    assert started_ids(h.end("big#1")) == ["a#1"]
+    assert started_ids(h.end("a#1")) == ["b#1"]
+
+
+def test_reprioritize_logs_only_when_a_queued_task_changed_and_starts_nothing() -> None:
+    h = harness()
+    h.assign(place("run#1", cpu=1000, priority=4.0, job="a"))
+    h.assign(place("q#1", cpu=1000, priority=4.0, job="b"))
+    assert h.reprioritize("nobody", 1.0) == []
+    assert h.reprioritize("b", 4.0) == []  # the same priority: nothing re-keyed
+    assert h.reprioritize("a", 9.0) == []  # only running: stored, not logged
+    assert [p.priority for p in h.worker.running_placements() if p.attempt_id == "run#1"] == [9.0]
+    with pytest.raises(InvalidInput):
+        h.reprioritize("a", float("nan"))
+
+
+def test_reprioritize_replaces_the_placements_it_was_given() -> None:
+    h = harness()
+    running, queued = place("r#1", cpu=1000, priority=4.0), place("q#1", cpu=1000, priority=4.0)
+    h.assign(running)
+    h.assign(queued)
+    h.reprioritize("job-1", 1.0)
+    assert running.priority == 4.0 and queued.priority == 4.0  # shared with other roles
+    assert {p.priority for p in h.worker.running_placements()} == {1.0}
+
+
 # --- queries ---------------------------------------------------------------------------------
+
+
+def test_queued_ids_lists_the_waiting_attempts() -> None:
+    h = harness()
+    assert h.worker.queued_ids() == frozenset()
+    h.assign(place("a#1", cpu=1000))
+    h.assign(place("b#1", cpu=1000))
+    h.assign(place("c#1", cpu=1000))
+    assert h.worker.queued_ids() == {"b#1", "c#1"}
+    h.end("a#1")
+    assert h.worker.queued_ids() == {"c#1"}
 
 
 def test_running_placements_lists_running_and_queued() -> None:
@@ -350,10 +444,10 @@ def test_story_records_each_transition_with_its_stimulus() -> None:
 def test_an_illegal_transition_is_refused_with_the_attempt_story() -> None:
     h = harness()
     h.send(TaskAssigned("assign-a", place("a#1", cpu=1000)))
-    with pytest.raises(IllegalTransition) as refused:  # a running attempt cannot queue again
-        h.worker._transition(Step("requeue", h.now), "a#1", AttemptState.RUNNING,
-                             AttemptState.QUEUED)
-    assert (refused.value.old, refused.value.new) == ("running", "queued")
+    with pytest.raises(IllegalTransition) as refused:  # a running attempt is never refused
+        h.worker._transition(Step("refuse", h.now), "a#1", AttemptState.RUNNING,
+                             AttemptState.FAILED)
+    assert (refused.value.old, refused.value.new) == ("running", "failed")
     assert [e["stimulus_id"] for e in refused.value.story] == ["assign-a"]
     assert len(h.worker.story("a#1")) == 1  # a refused move is not recorded
     for end in (AttemptState.FINISHED, AttemptState.CANCELLED, AttemptState.FAILED):
@@ -407,8 +501,9 @@ class WorkerMachine(RuleBasedStateMachine):
     )
     def assign_new(self, node_id: str, cpu: int, mem: int, priority: float, pilot: bool) -> None:
         attempt = f"t{len(self.assigned)}#1"
+        job = f"job-{len(self.assigned) % 2 + 1}"
         self.assigned.append(attempt)
-        self._record(self.h.assign(place(attempt, node_id, cpu, mem, priority, pilot)))
+        self._record(self.h.assign(place(attempt, node_id, cpu, mem, priority, pilot, job=job)))
 
     @precondition(lambda self: self.assigned)
     @rule(data=st.data())
@@ -429,6 +524,10 @@ class WorkerMachine(RuleBasedStateMachine):
     @rule()
     def cancel_unknown(self) -> None:
         self._record(self.h.cancel(f"never-{len(self.assigned)}#1"))
+
+    @rule(job=st.sampled_from(["job-1", "job-2"]), priority=st.floats(0, 100))
+    def reprioritize(self, job: str, priority: float) -> None:
+        self._record(self.h.reprioritize(job, priority))
 
     @invariant()
     def at_most_once(self) -> None:
