@@ -11,6 +11,8 @@ checks on, as a user runs it. The cases:
 - `unsaturated`: the whole trace at the load it was recorded at (122,878 tasks);
 - `saturated`: its first 600 jobs (29,570 tasks) at `--target-load 1.2`: tasks wait, queues
   preempt each other, and the GMs' backlogs grow to thousands of tasks;
+- `saturated_queued`: the saturated case with local queues two deep (`--queue-depth 2`):
+  tasks also wait at the workers, in SRPT order, and snapshots list the queued attempts;
 - `growth_small`, `growth_large`: the saturated case at 300 and 1,200 jobs (`--growth`), to
   see whether the cost per task grows with the backlog.
 
@@ -24,6 +26,7 @@ Figures, one `name=value` line each:
     sim_tasks_per_s_saturated=...
     sim_saturated_over_unsaturated=...  target >= 0.5
     sim_cost_growth=...               wall per task at 1,200 jobs / at 300; target <= 1.5
+    sim_queued_over_saturated=...     tasks/s with local queues / without, saturated
 
 Targets on a 2-core machine: the whole trace at 10,000 nodes <= 10 s, at 50,000 nodes, 10 GMs
 and 50 LMs <= 25 s; the saturated 600-job case <= 5 s.
@@ -41,13 +44,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SATURATED = ["--target-load", "1.2"]
-CASES = ("growth_small", "saturated", "growth_large", "unsaturated")  # smallest first
+CASES = ("growth_small", "saturated", "saturated_queued", "growth_large",
+         "unsaturated")  # smallest first
 
 
 def case_arguments(name: str, args: argparse.Namespace) -> list[str]:
     small, large = args.growth
-    jobs = {"saturated": args.saturated_jobs, "growth_small": small, "growth_large": large}
-    return [] if name == "unsaturated" else ["--jobs", str(jobs[name]), *SATURATED]
+    jobs = {"saturated": args.saturated_jobs, "saturated_queued": args.saturated_jobs,
+            "growth_small": small, "growth_large": large}
+    if name == "unsaturated":
+        return []
+    queues = ["--queue-depth", "2"] if name == "saturated_queued" else []
+    return ["--jobs", str(jobs[name]), *SATURATED, *queues]
 
 
 def run_case(name: str, extra: list[str], args: argparse.Namespace, folder: Path) -> dict:
@@ -105,6 +113,8 @@ def main() -> None:
         print(f"sim_tasks_per_s_saturated={rate['saturated']:.0f}")
     if "unsaturated" in rate and "saturated" in rate:
         print(f"sim_saturated_over_unsaturated={rate['saturated'] / rate['unsaturated']:.2f}")
+    if "saturated" in rate and "saturated_queued" in rate:
+        print(f"sim_queued_over_saturated={rate['saturated_queued'] / rate['saturated']:.2f}")
     if "growth_small" in rate and "growth_large" in rate:
         print(f"sim_cost_growth={rate['growth_small'] / rate['growth_large']:.2f}")
 

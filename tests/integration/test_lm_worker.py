@@ -548,3 +548,74 @@ def test_an_lm_whose_task_events_cannot_leave_takes_no_new_work(tmp_path, amqp_u
         run(procs, scenario)
     finally:
         procs.stop_all()
+
+
+def local_queue_processes(tmp_path: Path, amqp_url: str, *, preemptive: bool) -> Processes:
+    """lm-1 and its worker with local queues two deep ([policies.local_queues])."""
+    config = tmp_path / "federation.toml"
+    config.write_text(CONFIG.read_text() + "\n[policies.local_queues]\ndepth = 2\n"
+                      f"preemptive = {'true' if preemptive else 'false'}\n")
+    return Processes(tmp_path, amqp_url, config)
+
+
+@pytest.mark.timeout(40)
+def test_a_busy_node_queues_at_its_worker_and_the_shortest_goes_first(tmp_path, amqp_url):
+    """Over real HTTP: a full node takes two more launches into its worker's queue and
+    refuses a third; the LM shows the node with no free resources and no queue room; when the
+    running task ends, the worker starts the queued task with the least remaining work."""
+    procs = local_queue_processes(tmp_path, amqp_url, preemptive=False)
+    running = placement(unique_job(), N0, cpu_m=CPU, duration=1.0)
+    longer = {**placement(unique_job(), N0, cpu_m=CPU, duration=0.5), "priority": 50.0}
+    shorter = {**placement(unique_job(), N0, cpu_m=CPU, duration=0.5), "priority": 5.0}
+    refused = placement(unique_job(), N0, cpu_m=CPU, duration=0.5)
+
+    async def scenario() -> None:
+        async with FakeGM(procs) as gm:
+            await start_both(procs, gm)
+            assert reasons(await gm.launch([running])) == ["launched"]
+            reply = await gm.launch([longer, shorter, refused])
+            assert reasons(reply) == ["queued", "queued", "queue_full"]
+            assert reply["snapshot"]["free_cpu"][0] == 0
+            room = int(reply["snapshot"]["queue_room"], 16) >> (4 * len(
+                reply["snapshot"]["queue_room"]) - len(TOPOLOGY))
+            assert not room >> (len(TOPOLOGY) - 1) & 1  # n0: its queue is full
+            first = await gm.event(shorter["attempt_id"], "started")
+            second = await gm.event(longer["attempt_id"], "started")
+            assert first["at"] < second["at"]
+            await gm.event(longer["attempt_id"], "finished")
+            state = (await gm.state())["snapshot"]
+            assert state["free_cpu"][0] == CPU
+
+    run(procs, scenario)
+    waits = {r["attempt"]: r["queued_seconds"] for r in procs.lines(WORKER)
+             if r["event"] == "task_started"}
+    assert waits[shorter["attempt_id"]] >= 0.8  # it waited behind the running task
+
+
+@pytest.mark.timeout(40)
+def test_a_preemptive_queue_suspends_a_long_task_for_a_far_shorter_one(tmp_path, amqp_url):
+    """Over real HTTP: a far shorter arrival suspends the running task; the worker reports
+    the suspension, the LM gives its resources to the short task's start, and the long task
+    resumes and finishes once, its runtime its whole time running."""
+    procs = local_queue_processes(tmp_path, amqp_url, preemptive=True)
+    long = {**placement(unique_job(), N0, cpu_m=CPU, duration=2.0), "priority": 100.0}
+    short = {**placement(unique_job(), N0, cpu_m=CPU, duration=0.3), "priority": 1.0}
+
+    async def scenario() -> None:
+        async with FakeGM(procs) as gm:
+            await start_both(procs, gm)
+            assert reasons(await gm.launch([long])) == ["launched"]
+            await gm.event(long["attempt_id"], "started")
+            assert reasons(await gm.launch([short])) == ["queued"]
+            await gm.event(short["attempt_id"], "finished")
+            finished = await gm.event(long["attempt_id"], "finished")
+            assert 1.9 <= finished["runtime"] <= 2.6
+            assert gm.kinds(long["attempt_id"]) == ["started", "finished"]
+            state = (await gm.state())["snapshot"]
+            assert state["free_cpu"][0] == CPU
+
+    run(procs, scenario)
+    lines = procs.lines(WORKER)
+    assert [r["attempt"] for r in lines if r["event"] == "task_suspended"] == [
+        long["attempt_id"]]
+    assert any(r["event"] == "task_started" and r.get("resumed") for r in lines)
