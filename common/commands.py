@@ -81,6 +81,24 @@ class StopOnWorker:
 
 
 @dataclass(slots=True)
+class CheckpointOnWorker:
+    """Ask the worker how much work these attempts have done (`checkpointed` reports)."""
+
+    worker: str
+    attempt_ids: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class RestoreOnWorker:
+    """Tell the worker that the attempt may continue from `work` done (a copy of its task
+    got that far): it does, if it is behind."""
+
+    worker: str
+    attempt_id: str
+    work: float
+
+
+@dataclass(slots=True)
 class PublishTaskEvent:
     gm: str
     event: TaskEvent
@@ -110,13 +128,15 @@ class KillTask:
 
 @dataclass(slots=True)
 class ReportToLM:
-    """started / finished / failed / cancelled, with the measured runtime when finished."""
+    """started / finished / failed / cancelled / suspended / checkpointed, with the measured
+    runtime when finished."""
 
     kind: Reason
     attempt_id: str
     runtime: float | None = None
     detail: str = ""
     at: float | None = None  # the worker's clock when it happened (set for "started")
+    work: float | None = None  # the work done (checkpointed, cancelled), if its duration is known
 
 
 Command = (
@@ -128,6 +148,8 @@ Command = (
     | ReplyToGM
     | StartOnWorker
     | StopOnWorker
+    | CheckpointOnWorker
+    | RestoreOnWorker
     | PublishTaskEvent
     | PublishHeartbeat
     | RunTask

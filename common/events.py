@@ -151,6 +151,17 @@ class WorkerTaskFailed:
     worker: str
     attempt_id: str
     detail: str
+    work: float | None = None  # the work it had done (a cancelled attempt's report says)
+
+
+@dataclass(slots=True)
+class WorkerTaskCheckpointed:
+    """The worker's answer to a checkpoint request: the work the attempt has done."""
+
+    stimulus_id: str
+    worker: str
+    attempt_id: str
+    work: float
 
 
 @dataclass(slots=True)
@@ -213,6 +224,23 @@ class TaskRunEnded:
 
 
 @dataclass(slots=True)
+class TaskCheckpointRequested:
+    """The LM asks how much work these attempts have done (a copy of their task starts)."""
+
+    stimulus_id: str
+    attempt_ids: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class TaskRestored:
+    """The attempt may continue from `work` done: a copy of its task got that far."""
+
+    stimulus_id: str
+    attempt_id: str
+    work: float
+
+
+@dataclass(slots=True)
 class JobReprioritized:
     """The job's estimated remaining work changed: its attempts here take this priority, and
     those queued are re-keyed (keeping their aging credit)."""
@@ -236,10 +264,13 @@ Event = (
     | WorkerTaskFinished
     | WorkerTaskFailed
     | WorkerTaskSuspended
+    | WorkerTaskCheckpointed
     | DispatchFailed
     | WorkerHeartbeat
     | TaskAssigned
     | TaskCancelled
     | TaskRunEnded
+    | TaskCheckpointRequested
+    | TaskRestored
     | JobReprioritized
 )

@@ -52,6 +52,10 @@ Shape of the file (every key is optional unless marked required)::
     aging = 0.0                    # srpt: priority credit (work-s) per second waited
     preemptive = false             # a far shorter arrival suspends a running task
     preempt_factor = 10.0
+    [policies.redundancy]          # redundant copies of running tasks on an LM's idle nodes
+    policy = "none"                # or "srpt+r", "fair+r", "laps+r"
+    beta = 0.5                     # laps+r: the share of the latest tasks that get copies
+    max_copies = 4                 # copies of one task, the original included (0: no bound)
 
     [[queues]]                     # required, at least one per GM
     name = "q1"
@@ -120,6 +124,7 @@ from common.policies.fairness import FAIRNESS_POLICIES, UserQueue, validate_queu
 from common.policies.job import JOB_POLICIES
 from common.policies.local_queue import LOCAL_QUEUE_POLICIES
 from common.policies.placement import PLACEMENT_POLICIES
+from common.policies.redundancy.copies import COPY_POLICIES
 from common.policies.registry import Registry
 from common.resources import Resources
 from common.speed import SpeedModel
@@ -242,6 +247,7 @@ JobPolicyName = Annotated[str, AfterValidator(_one_of(JOB_POLICIES))]
 FairnessPolicyName = Annotated[str, AfterValidator(_one_of(FAIRNESS_POLICIES))]
 PlacementPolicyName = Annotated[str, AfterValidator(_one_of(PLACEMENT_POLICIES))]
 LocalQueuePolicyName = Annotated[str, AfterValidator(_one_of(LOCAL_QUEUE_POLICIES))]
+CopyPolicyName = Annotated[str, AfterValidator(_one_of(COPY_POLICIES))]
 
 
 class Timing(_Table):
@@ -332,6 +338,18 @@ class LocalQueueOptions(_Table):
     preempt_factor: Annotated[float, Field(gt=1, allow_inf_nan=False)] = 10.0
 
 
+class RedundancyOptions(_Table):
+    """Redundant copies of running tasks on an LM's idle nodes, the first to finish winning
+    (docs/redundancy.md). "none" is Megha's: one attempt per task."""
+
+    policy: CopyPolicyName = "none"
+    # laps+r: copies go to the ceil(beta n) latest of the n running tasks
+    beta: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.5
+    # copies of one task, its original included; what the bound leaves goes to the next
+    # tasks (0: no bound, as the paper, which had 100 machines)
+    max_copies: Annotated[int, Field(ge=0, le=1000)] = 4
+
+
 class Policies(_Table):
     """The policy of each family, by the name its registry knows it by (common/policies/)."""
 
@@ -341,6 +359,7 @@ class Policies(_Table):
     local_queue: LocalQueuePolicyName = "srpt"
     work_conserving: bool = True
     local_queues: LocalQueueOptions = Field(default_factory=LocalQueueOptions)
+    redundancy: RedundancyOptions = Field(default_factory=RedundancyOptions)
     queues: QueueOptions = Field(default_factory=QueueOptions)
     slearn: SLearnOptions = Field(default_factory=SLearnOptions)
     history: HistoryOptions = Field(default_factory=HistoryOptions)
@@ -661,6 +680,13 @@ class Federation:
         return {"queue_policy": self.policies.local_queue, "aging": queues.aging,
                 "preemptive": queues.preemptive, "preempt_factor": queues.preempt_factor,
                 "speed": self.variability.speed_model(), "speed_seed": self.seed}
+
+    def lm_options(self) -> dict[str, Any]:
+        """How every LM is set up (`LocalMaster`'s keywords): its nodes' queue depth and
+        its redundant copies."""
+        copies = self.policies.redundancy
+        return {"queue_depth": self.policies.local_queues.depth, "redundancy": copies.policy,
+                "redundancy_beta": copies.beta, "max_copies": copies.max_copies}
 
     def queue_gm(self, user: str) -> str:
         """The GM that serves `user`'s queue: where that user's jobs are submitted."""

@@ -6,7 +6,8 @@ the LM applies each launch, repartition or preemption item against the truth and
 what no longer fits (after Nomad's plan applier). It never over-commits a node, never runs
 an attempt id twice, and answers every request with a fresh snapshot so the asking GM's view
 converges at once. What it knows of each attempt, and in what state, is its `LMAttemptBook`
-(`common/lm_attempts.py`).
+(`common/lm_attempts.py`); the redundant copies it runs on its idle nodes, with a redundancy
+policy, are its `CopyBook` (`common/lm_copies.py`, docs/redundancy.md).
 """
 
 from __future__ import annotations
@@ -34,13 +35,16 @@ from common.events import (
     TaskEventBacklog,
     Tick,
     WorkerHeartbeat,
+    WorkerTaskCheckpointed,
     WorkerTaskFailed,
     WorkerTaskFinished,
     WorkerTaskStarted,
     WorkerTaskSuspended,
 )
 from common.lm_attempts import AttemptState, LMAttemptBook, RunningAttempt
+from common.lm_copies import CopyBook
 from common.messages import LaunchResult, Placement, RequestKind, TaskEvent
+from common.policies.redundancy.copies import COPY_POLICIES
 from common.reasons import Reason
 from common.step import Step
 from common.story import TransitionLog
@@ -69,6 +73,10 @@ class LocalMaster:
     queued attempts, the LM starts nothing else there at once (what its running tasks free
     goes to its queue, in the order the worker keeps), and snapshots show it with no free
     resources and, while its queue has room, in `queue_room`.
+
+    `redundancy` ([policies.redundancy] policy, with `redundancy_beta` and `max_copies`)
+    gives running tasks redundant copies on idle nodes (docs/redundancy.md); "none" runs
+    none and costs nothing.
     """
 
     def __init__(
@@ -83,6 +91,9 @@ class LocalMaster:
         dispatch_timeout: float | None = None,
         recovering: bool = False,
         queue_depth: int = 0,
+        redundancy: str = "none",
+        redundancy_beta: float = 0.5,
+        max_copies: int = 4,
         story_len: int = 100_000,
         ended_memory: int = 200_000,
     ) -> None:
@@ -110,6 +121,10 @@ class LocalMaster:
         # (reports of one worker may reorder on the way): they take it when it comes
         self._awaiting_room: dict[int, list[RunningAttempt]] = {}
         self._attempts = LMAttemptBook(self.lm, self.log, ended_memory)
+        COPY_POLICIES.get(redundancy)  # an unknown name is refused whether it copies or not
+        self._copies = None if redundancy == "none" else CopyBook(
+            topology, self.state, self._attempts.running, policy=redundancy,
+            beta=redundancy_beta, max_copies=max_copies, epoch=epoch)
         self._worker_nodes: dict[str, list[int]] = {}
         for i, worker in enumerate(topology.workers):
             self._worker_nodes.setdefault(worker, []).append(i)
@@ -131,6 +146,7 @@ class LocalMaster:
             WorkerTaskFinished: self._on_finished,
             WorkerTaskFailed: self._on_failed,
             WorkerTaskSuspended: self._on_suspended,
+            WorkerTaskCheckpointed: self._on_checkpointed,
             DispatchFailed: self._on_dispatch_failed,
             WorkerHeartbeat: self._on_worker_heartbeat,
             TaskEventBacklog: self._on_task_event_backlog,
@@ -142,6 +158,8 @@ class LocalMaster:
     def handle(self, event, now: float) -> list[Command]:
         step = Step(event.stimulus_id, now)
         self._handlers[type(event)](event, step)
+        if self._copies is not None:
+            self._copies.rebalance(step, self._queued, self.accepting)
         return step.commands
 
     @property
@@ -152,6 +170,16 @@ class LocalMaster:
     @property
     def recovering(self) -> bool:
         return self._recovery_deadline is not None
+
+    @property
+    def accepting(self) -> bool:
+        """Whether it takes new work: neither recovering nor backlogged."""
+        return self._recovery_deadline is None and not self.backlogged
+
+    @property
+    def copies(self) -> CopyBook | None:
+        """Its redundant copies, if its policy makes any; read, never write."""
+        return self._copies
 
     def story(self, *keys: str) -> list[dict]:
         return self.log.story(*keys)
@@ -213,6 +241,8 @@ class LocalMaster:
     def _start(self, step: Step, item: Placement, i: int, logical: bool,
                queued: bool = False) -> None:
         demand = item.task.demand
+        if self._copies is not None:
+            self._copies.node_taken(step, i)  # stopped before the new task reaches the worker
         if queued:
             self._enqueue(i)
         else:
@@ -281,6 +311,9 @@ class LocalMaster:
 
     def _on_started(self, event: WorkerTaskStarted, step: Step) -> None:
         attempt = self._attempts.running.get(event.attempt_id)
+        if attempt is None and self._copies is not None and self._copies.acknowledge(
+                event.attempt_id):
+            return  # a copy: the GMs never hear of it
         if attempt is None:
             step.emit(Log("worker_report_ignored", {"attempt": event.attempt_id,
                                                     "kind": "started"}))
@@ -296,6 +329,8 @@ class LocalMaster:
             step.emit(Log("worker_report_repeated", {"attempt": event.attempt_id}))
         else:
             self._attempts.start(step, attempt)
+            if self._copies is not None:
+                self._copies.original_started(attempt, step.now)
             worker = self.topology.workers[attempt.node_index]
             if event.worker == worker:
                 self._worker_seen[worker] = step.now
@@ -317,6 +352,8 @@ class LocalMaster:
                                                     "kind": "suspended"}))
             return
         demand = attempt.placement.task.demand
+        if self._copies is not None:
+            self._copies.original_stopped(step, event.attempt_id, "suspended")
         self.state.give(attempt.node_index, demand.cpu_m, demand.mem_mib)
         self._enqueue(attempt.node_index)  # past the depth, maybe: it was accepted before
         self._attempts.set_queued(attempt, True)
@@ -325,13 +362,35 @@ class LocalMaster:
         self._settle_starts(attempt.node_index)
 
     def _on_finished(self, event: WorkerTaskFinished, step: Step) -> None:
-        if event.attempt_id not in self._attempts.running:
+        copies = self._copies
+        if event.attempt_id in self._attempts.running:
+            self._end(step, event.attempt_id, Reason.FINISHED, runtime=event.runtime)
+        elif copies is not None and (copies.is_copy(event.attempt_id)
+                                     or copies.was_cancelled(event.attempt_id)):
+            original = copies.copy_finished(step, event.attempt_id)
+            if original is not None:  # the first of its task's attempts to finish: it wins
+                runtime = copies.runtime_of(original, step.now)
+                self._end(step, original, Reason.FINISHED,
+                          runtime=event.runtime if runtime is None else runtime,
+                          detail=f"won by copy {event.attempt_id}", stop=True)
+        else:
             step.emit(Log("worker_report_ignored", {"attempt": event.attempt_id,
                                                     "kind": "finished"}))
-        else:
-            self._end(step, event.attempt_id, Reason.FINISHED, runtime=event.runtime)
+
+    def _on_checkpointed(self, event: WorkerTaskCheckpointed, step: Step) -> None:
+        copies = self._copies
+        if copies is None:
+            return
+        copy = copies.copies.get(event.attempt_id)
+        original = copy.placement.copy_of if copy is not None else event.attempt_id
+        copies.progress(step, original, event.attempt_id, event.work)
 
     def _on_failed(self, event: WorkerTaskFailed, step: Step) -> None:
+        copies = self._copies
+        if copies is not None and event.attempt_id not in self._attempts.running and (
+                copies.is_copy(event.attempt_id) or copies.was_cancelled(event.attempt_id)):
+            copies.copy_ended(step, event.attempt_id, event.work, event.detail)
+            return
         if event.attempt_id not in self._attempts.running:
             step.emit(Log("worker_report_ignored", {"attempt": event.attempt_id,
                                                     "kind": "failed"}))
@@ -339,6 +398,9 @@ class LocalMaster:
             self._end(step, event.attempt_id, Reason.FAILED, detail=event.detail)
 
     def _on_dispatch_failed(self, event: DispatchFailed, step: Step) -> None:
+        if self._copies is not None and self._copies.is_copy(event.attempt_id):
+            self._copies.copy_lost(step, event.attempt_id, event.detail)
+            return
         attempt = self._attempts.running.get(event.attempt_id)
         if attempt is None or attempt.acknowledged:
             step.emit(Log("dispatch_failure_ignored", {"attempt": event.attempt_id}))
@@ -348,10 +410,13 @@ class LocalMaster:
 
     def _end(
         self, step: Step, attempt_id: str, why: Reason, *, runtime: float | None = None,
-        detail: str = "", publish: bool = True,
+        detail: str = "", publish: bool = True, stop: bool = False,
     ) -> None:
-        """Free an attempt's resources (a logical node goes back to its node's owner)."""
+        """Free an attempt's resources (a logical node goes back to its node's owner); its
+        copies end with it. `stop`: its worker still runs it (a copy of it won)."""
         attempt = self._attempts.end(step, attempt_id, why, detail)
+        if self._copies is not None:
+            self._copies.original_stopped(step, attempt_id, why)
         demand = attempt.placement.task.demand
         if attempt.queued:  # it never held resources (or gave them back when suspended)
             self._dequeue(attempt.node_index)
@@ -363,8 +428,9 @@ class LocalMaster:
             self._settle_starts(attempt.node_index)
         self._snapshot_cache = None
         worker = self.topology.workers[attempt.node_index]
-        if why in _STOPPED_BY_LM:
-            step.emit(StopOnWorker(worker, attempt_id, why))
+        if why in _STOPPED_BY_LM or stop:
+            step.emit(StopOnWorker(worker, attempt_id, why if why in _STOPPED_BY_LM
+                                   else Reason.CANCELLED))
         step.emit(Log(_END_LINES[why], self._fields(attempt.placement, runtime=runtime,
                                                   detail=detail)))
         if publish:
@@ -388,6 +454,9 @@ class LocalMaster:
         reported = set()
         for item in event.running:
             reported.add(item.attempt_id)
+            if item.copy_of is not None:
+                self._heard_copy(step, worker, item)
+                continue
             known = running.get(item.attempt_id)
             if known is None:
                 self._adopt_or_stop(step, worker, item, item.attempt_id in event.queued)
@@ -404,8 +473,22 @@ class LocalMaster:
             age = now - attempt.launched_at
             if age > (self.worker_timeout if attempt.acknowledged else self.dispatch_timeout):
                 self._end(step, attempt_id, Reason.LOST, detail=f"{worker} no longer runs it")
+        if self._copies is not None:
+            for copy_id in list(self._copies.missing(nodes, reported, now, self.worker_timeout,
+                                                     self.dispatch_timeout)):
+                self._copies.copy_lost(step, copy_id, f"{worker} no longer runs it")
         self._unheard_workers.discard(worker)
         self._maybe_end_recovery(step)
+
+    def _heard_copy(self, step: Step, worker: str, item: Placement) -> None:
+        """A worker lists a copy: known, or cancelled with the stop on its way, or unknown
+        (of an earlier incarnation of this LM): then stopped."""
+        copies = self._copies
+        if copies is not None and (copies.acknowledge(item.attempt_id)
+                                   or copies.was_cancelled(item.attempt_id)):
+            return
+        step.emit(StopOnWorker(worker, item.attempt_id, Reason.CANCELLED))
+        step.emit(Log("attempt_stopped_on_worker", self._fields(item)))
 
     def _adopt_or_stop(self, step: Step, worker: str, item: Placement, queued: bool) -> None:
         """A restarted LM learns running (and queued) attempts from workers; a dead one is
@@ -485,6 +568,8 @@ class LocalMaster:
         if not any(self.state.up[i] for i in nodes):
             return
         down = set(nodes)
+        if self._copies is not None:
+            self._copies.nodes_down(step, nodes)
         for attempt_id, attempt in list(self._attempts.running.items()):
             if attempt.node_index in down:
                 self._end(step, attempt_id, Reason.LOST, detail=f"{worker} missed its heartbeats")
@@ -546,6 +631,9 @@ class LocalMaster:
         what its running tasks freed; if the LM has not yet heard those ends (reports
         reordered), it takes them when they come (`_settle_starts`)."""
         i = attempt.node_index
+        waiting = self._awaiting_room.get(i)
+        if waiting and attempt in waiting:
+            return  # its start was reported before, and waits for room already
         demand = attempt.placement.task.demand
         if self.state.fits(i, demand.cpu_m, demand.mem_mib) and i not in self._awaiting_room:
             self._dequeue(i)
@@ -591,8 +679,11 @@ class LocalMaster:
 
     def validate(self) -> None:
         """No node over-committed; free = capacity - what runs there; the attempt book in
-        order (its listings match, every attempt held is in a live state)."""
+        order (its listings match, every attempt held is in a live state); copies only on
+        idle nodes, one a node."""
         self._attempts.validate()
+        if self._copies is not None:
+            self._copies.validate(self._queued, self.accepting)
         used_cpu = [0] * len(self.topology)
         used_mem = [0] * len(self.topology)
         queued = [0] * len(self.topology)

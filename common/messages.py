@@ -31,6 +31,10 @@ class Placement:
     user: str
     priority: float = 0.0  # the job's estimated remaining work: lower runs first (SRPT)
     pilot: bool = False  # a slearn pilot task: a worker runs these first
+    # a redundant copy (docs/redundancy.md): the work it starts from (its task's checkpoint),
+    # and the original attempt it copies; an LM's own, never a GM's
+    start_work: float = 0.0
+    copy_of: str | None = None
 
 
 @dataclass(slots=True)

@@ -46,6 +46,9 @@ class Reason(StrEnum):
     # a worker's report: a preemptive local queue paused the attempt for a much shorter one;
     # it waits in the node's queue again, with the work it has done
     SUSPENDED = "suspended"
+    # a worker's report: how much work an attempt has done, asked for by its LM when a copy
+    # of its task is launched (docs/redundancy.md)
+    CHECKPOINTED = "checkpointed"
 
 
 LAUNCH_OK = frozenset({Reason.LAUNCHED, Reason.QUEUED, Reason.ALREADY_RUNNING})

@@ -39,6 +39,7 @@ from operator import attrgetter
 from typing import Any
 
 from common.commands import (
+    CheckpointOnWorker,
     JobEnded,
     KillTask,
     Log,
@@ -46,6 +47,7 @@ from common.commands import (
     PublishTaskEvent,
     ReplyToGM,
     ReportToLM,
+    RestoreOnWorker,
     RunTask,
     SendCancel,
     SendLaunch,
@@ -61,7 +63,10 @@ from common.events import (
     PreemptRequested,
     TaskAssigned,
     TaskCancelled,
+    TaskCheckpointRequested,
     TaskEventReceived,
+    TaskRestored,
+    WorkerTaskCheckpointed,
     WorkerTaskFailed,
     WorkerTaskFinished,
     WorkerTaskStarted,
@@ -117,7 +122,8 @@ def cause_of(stimulus_id: str) -> str | None:
 
 def worker_report_event(
     worker: str, report: ReportToLM, stimulus_id: str
-) -> WorkerTaskStarted | WorkerTaskFinished | WorkerTaskFailed | WorkerTaskSuspended:
+) -> (WorkerTaskStarted | WorkerTaskFinished | WorkerTaskFailed | WorkerTaskSuspended
+      | WorkerTaskCheckpointed):
     """What a worker's report is to its LM, in every driver (the LM service decodes a
     `WorkerReport` into a `ReportToLM` and comes here too).
 
@@ -135,10 +141,13 @@ def worker_report_event(
         runtime = report.runtime
         return WorkerTaskFinished(stimulus_id, worker, report.attempt_id,
                                   0.0 if runtime is None else runtime)
+    if kind is Reason.CHECKPOINTED:
+        return WorkerTaskCheckpointed(stimulus_id, worker, report.attempt_id,
+                                      0.0 if report.work is None else report.work)
     detail = report.detail
     if kind is Reason.CANCELLED:
         detail = f"cancelled: {detail}" if detail else "cancelled"
-    return WorkerTaskFailed(stimulus_id, worker, report.attempt_id, detail)
+    return WorkerTaskFailed(stimulus_id, worker, report.attempt_id, detail, report.work)
 
 
 # --- the routes ----------------------------------------------------------------------------------
@@ -220,6 +229,15 @@ def _stop(source: str, c: StopOnWorker, stimulus_id: str) -> TaskCancelled:
     return TaskCancelled(stimulus_id, c.attempt_id, c.reason)
 
 
+def _checkpoint(source: str, c: CheckpointOnWorker,
+                stimulus_id: str) -> TaskCheckpointRequested:
+    return TaskCheckpointRequested(stimulus_id, c.attempt_ids)
+
+
+def _restore(source: str, c: RestoreOnWorker, stimulus_id: str) -> TaskRestored:
+    return TaskRestored(stimulus_id, c.attempt_id, c.work)
+
+
 def _task_event(source: str, c: PublishTaskEvent, stimulus_id: str) -> TaskEventReceived:
     return TaskEventReceived(stimulus_id, c.event)
 
@@ -240,6 +258,8 @@ ROUTES: dict[type, Route] = {
     # LM -> worker
     StartOnWorker: _named(WORKER, "assign", _assign, "worker"),
     StopOnWorker: _named(WORKER, "stop", _stop, "worker"),
+    CheckpointOnWorker: _named(WORKER, "ckpt", _checkpoint, "worker"),
+    RestoreOnWorker: _named(WORKER, "restore", _restore, "worker"),
     # worker -> its LM
     ReportToLM: Route(LM, "report", worker_report_event, Receiver.WORKERS_LM),
 }

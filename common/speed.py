@@ -2,7 +2,7 @@
 
 A machine's *rate* is the work it does per unit of time (1 is nominal). Both models have a
 long-run mean rate of 1, so variability slows nothing on average; what it costs is the spread,
-which redundant copies can hedge (policies/redundancy.py). Rates are piecewise constant over
+which redundant copies can hedge (common/policies/redundancy/). Rates are piecewise constant over
 slots of one time unit, as the SRPT+R paper's simulations (its section 6) make decisions at the
 start of each slot.
 
@@ -129,10 +129,14 @@ class SpeedModel:
 class NodeSpeed:
     """One node's rate over continuous time (seconds in the federated cluster), drawn period
     by period as time goes on, from its own seeded stream: `time_to_do(start, work)` is how
-    long `work` seconds of nominal work take when started at `start`. Start times must not go
-    back (a node's clock only moves forward); periods before the latest start are dropped."""
+    long `work` seconds of nominal work take when started at `start`, and `work_until(t)` the
+    work the node has done from time 0 to `t`, so the work a run did between two instants is
+    a difference of two readings (a worker's checkpoint: exact, never extrapolated). Times
+    must not go back before the latest start (a node's clock only moves forward); periods
+    before it are dropped."""
 
-    __slots__ = ("model", "rng", "available", "norm", "_ends", "_rates", "_first")
+    __slots__ = ("model", "rng", "available", "norm", "_ends", "_rates", "_starts", "_done",
+                 "_first")
 
     def __init__(self, model: SpeedModel, seed: str) -> None:
         self.model = model
@@ -141,6 +145,8 @@ class NodeSpeed:
         self.available = self.rng.random() < model._ap_share()
         self._ends: list[float] = []
         self._rates: list[float] = []
+        self._starts: list[float] = []
+        self._done: list[float] = []  # the work done from time 0 to each period's start
         self._first = 0  # periods before this index ended before the latest start
 
     def _draw(self) -> None:
@@ -156,20 +162,36 @@ class NodeSpeed:
             length = max(1e-3, rng.gammavariate(shape, scale))
             rate = rng.uniform(low, high) / self.norm
             self.available = not self.available
+        done = (self._done[-1] + self._rates[-1] * (start - self._starts[-1])
+                if self._done else 0.0)
+        self._starts.append(start)
+        self._done.append(done)
         self._ends.append(start + length)
         self._rates.append(rate)
 
-    def time_to_do(self, start: float, work: float) -> float:
-        ends, rates = self._ends, self._rates
+    def _period_of(self, t: float) -> int:
+        """The index of the period `t` falls in, drawing periods as needed."""
+        ends = self._ends
         i = self._first
         while True:
             if i == len(ends):
                 self._draw()
-            if ends[i] > start:
-                break
+            if ends[i] > t:
+                return i
             i += 1
+
+    def work_until(self, t: float) -> float:
+        """The work done from time 0 to `t` (`t` not before the latest start)."""
+        if self.model.kind == "constant":
+            return t
+        i = self._period_of(t)
+        return self._done[i] + self._rates[i] * (t - self._starts[i])
+
+    def time_to_do(self, start: float, work: float) -> float:
+        ends, rates = self._ends, self._rates
+        i = self._period_of(start)
         if i > 1000:  # forget the periods before this start now and then
-            del ends[:i], rates[:i]
+            del ends[:i], rates[:i], self._starts[:i], self._done[:i]
             i = 0
         self._first = i
         t, left = start, work

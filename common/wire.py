@@ -184,6 +184,8 @@ class PlacementWire(WireModel):
     user: Name
     priority: float = 0.0  # may be infinite (unknown remaining work): travels as "Infinity"
     pilot: bool = False
+    start_work: NonNegativeFloat = 0.0  # a redundant copy's checkpoint (docs/redundancy.md)
+    copy_of: Name | None = None  # a redundant copy: the original attempt it copies
 
 
 def task_to_wire(task: TaskSpec) -> TaskWire:
@@ -216,6 +218,8 @@ def placement_to_wire(placement: Placement) -> PlacementWire:
         user=placement.user,
         priority=placement.priority,
         pilot=placement.pilot,
+        start_work=placement.start_work,
+        copy_of=placement.copy_of,
     )
 
 
@@ -228,6 +232,8 @@ def placement_from_wire(wire: PlacementWire) -> Placement:
         user=wire.user,
         priority=wire.priority,
         pilot=wire.pilot,
+        start_work=wire.start_work,
+        copy_of=wire.copy_of,
     )
 
 
@@ -239,12 +245,20 @@ class StopWire(WireModel):
     reason: StopReason = "cancelled"
 
 
+class RestoreWire(WireModel):
+    attempt_id: Name
+    work: NonNegativeFloat  # continue from this much work done, if behind it
+
+
 class WorkerBatchWire(WireModel):
-    """LM -> worker agent: every start and stop queued while the previous batch was out.
-    Starts are applied before stops: an attempt is only ever stopped after its start."""
+    """LM -> worker agent: every start, stop, checkpoint request and restore queued while the
+    previous batch was out. Starts are applied before stops: an attempt is only ever stopped
+    after its start; checkpoints and restores (of redundant copies' tasks) come last."""
 
     start: list[PlacementWire] = Field(default_factory=list)
     stop: list[StopWire] = Field(default_factory=list)
+    checkpoint: list[Name] = Field(default_factory=list)  # attempts whose progress to report
+    restore: list[RestoreWire] = Field(default_factory=list)
 
 
 # --- requests: GM -> LM --------------------------------------------------------------------------
@@ -719,7 +733,8 @@ class TaskEventBatchWire(WireModel):
 # --- worker agent -> LM --------------------------------------------------------------------------
 
 
-WorkerReportKind = Literal["started", "finished", "failed", "cancelled", "suspended"]
+WorkerReportKind = Literal["started", "finished", "failed", "cancelled", "suspended",
+                           "checkpointed"]
 
 
 class WorkerReport(WireModel):
@@ -730,6 +745,8 @@ class WorkerReport(WireModel):
     # validate_default: the check below must also run when a "finished" report omits it.
     runtime: NonNegativeFloat | None = Field(default=None, validate_default=True)
     detail: str = ""
+    # the work done (checkpointed; cancelled, when the task's duration is known)
+    work: NonNegativeFloat | None = Field(default=None, validate_default=True)
 
     @field_validator("runtime")
     @classmethod
@@ -737,6 +754,13 @@ class WorkerReport(WireModel):
         if runtime is None and info.data.get("kind") == "finished":
             raise ValueError("a finished report needs the measured runtime")
         return runtime
+
+    @field_validator("work")
+    @classmethod
+    def _checkpoint_has_work(cls, work: float | None, info: ValidationInfo) -> float | None:
+        if work is None and info.data.get("kind") == "checkpointed":
+            raise ValueError("a checkpointed report needs the work done")
+        return work
 
 
 class WorkerReportBatch(WireModel):
@@ -759,13 +783,14 @@ def report_to_wire(report: ReportToLM, worker: str) -> WorkerReport:
         runtime=report.runtime,
         detail=report.detail,
         at=report.at,
+        work=report.work,
     )
 
 
 def report_from_wire(wire: WorkerReport) -> ReportToLM:
     """The worker core's command that `report_to_wire` sent."""
     return ReportToLM(kind=Reason(wire.kind), attempt_id=wire.attempt_id, runtime=wire.runtime,
-                      detail=wire.detail, at=wire.at)
+                      detail=wire.detail, at=wire.at, work=wire.work)
 
 
 def worker_report_to_event(

@@ -11,6 +11,13 @@ job has far less estimated remaining work than running tasks there, suspends the
 them that make room. A suspended attempt waits in the queue again with the work it has left,
 and its reported runtime is its whole time running.
 
+Progress. The worker knows how much work each attempt has done: the work it started with
+(`Placement.start_work`: a redundant copy starts from its task's checkpoint), plus what its
+runs did, read off its node's speed process (`NodeSpeed.work_until`), so it is exact under
+varying speed. Its LM may ask for it (`TaskCheckpointRequested`: a `checkpointed` report per
+attempt) and may tell an attempt to continue from further on (`TaskRestored`: a copy of its
+task got that far); a cancelled attempt's report carries it too (docs/redundancy.md).
+
 Like every role it is a state object with one entry point, `handle(event, now)`, that returns
 commands (`RunTask`, `KillTask`, `ReportToLM`, `Log`) for the driver to carry out.
 """
@@ -30,6 +37,8 @@ from common.events import (
     JobReprioritized,
     TaskAssigned,
     TaskCancelled,
+    TaskCheckpointRequested,
+    TaskRestored,
     TaskRunEnded,
     Tick,
 )
@@ -103,8 +112,12 @@ class _LiveAttempt:
     # of its current run
     since: float
     run_for: float | None = None  # running: the current run's planned wall time (RunTask's)
-    # the work it has left once suspended; None while it never was (its task's duration)
-    remaining_work: float | None = None
+    # work done before its current run: where it started (a copy's checkpoint), what it
+    # did before a suspension, or where a restore moved it; its task's duration less this
+    # is what the current run does
+    base_work: float = 0.0
+    mark: float = 0.0  # its node's `work_until` when the current run started (varying speed)
+    own_work: float = 0.0  # work its own runs did (a restore's jump is not its own)
     ran_seconds: float = 0.0  # wall time of its runs before its suspensions
     suspensions: int = 0
 
@@ -171,6 +184,8 @@ class WorkerAgent:
             TaskRunEnded: self._on_run_ended,
             TaskCancelled: self._on_cancelled,
             JobReprioritized: self._on_reprioritized,
+            TaskCheckpointRequested: self._on_checkpoint,
+            TaskRestored: self._on_restored,
             Tick: self._on_tick,
         }
 
@@ -264,6 +279,9 @@ class WorkerAgent:
         # the runner measured its last run only: a suspended attempt ran before, too
         runtime = live.ran_seconds + event.runtime
         fields = self._fields(placement, runtime=runtime)
+        duration = placement.task.duration
+        if duration is not None:
+            fields["own_work"] = live.own_work + max(0.0, duration - live.base_work)
         if live.suspensions:
             fields["suspensions"] = live.suspensions
         step.emit(ReportToLM(Reason.FINISHED, placement.attempt_id, runtime=runtime))
@@ -312,7 +330,12 @@ class WorkerAgent:
         node = self._nodes[placement.node_id]
         detail = str(event.reason)
         fields = self._fields(placement, reason=detail, was=str(live.state))
-        report = ReportToLM(Reason.CANCELLED, attempt_id, detail=detail)
+        work = self._progress(node, live, step.now)
+        if live.state is AttemptState.RUNNING and work is not None:
+            live.own_work += work - live.base_work
+        if work is not None:
+            fields["work_done"], fields["own_work"] = work, live.own_work
+        report = ReportToLM(Reason.CANCELLED, attempt_id, detail=detail, work=work)
         if live.state is AttemptState.QUEUED:
             node.queue.remove(attempt_id)
             self._queued_total -= 1
@@ -325,6 +348,46 @@ class WorkerAgent:
         step.emit(report)
         step.emit(Log("task_cancelled", fields))
         self._start_queued(step, node)
+
+    def _on_checkpoint(self, event: TaskCheckpointRequested, step: Step) -> None:
+        """Report how far each of these attempts has come (those it still holds)."""
+        for attempt_id in event.attempt_ids:
+            live = self._live.get(attempt_id)
+            if live is None:
+                continue
+            placement = live.placement
+            work = self._progress(self._nodes[placement.node_id], live, step.now)
+            if work is None:
+                continue
+            step.emit(ReportToLM(Reason.CHECKPOINTED, attempt_id, work=work))
+            step.emit(Log("task_checkpointed", self._fields(placement, work_done=work)))
+
+    def _on_restored(self, event: TaskRestored, step: Step) -> None:
+        """Continue the attempt from `work` done, if it is behind: a copy of its task got
+        that far. A running attempt restarts its run with the work left."""
+        live = self._live.get(event.attempt_id)
+        if live is None:
+            return
+        placement = live.placement
+        node = self._nodes[placement.node_id]
+        now = step.now
+        progress = self._progress(node, live, now)
+        duration = placement.task.duration
+        if progress is None or event.work <= progress or not math.isfinite(event.work):
+            return
+        work = min(event.work, duration)
+        fields = self._fields(placement, from_work=progress, to_work=work)
+        if live.state is AttemptState.RUNNING:
+            live.own_work += progress - live.base_work
+            live.ran_seconds += max(0.0, now - live.since)
+            live.since = now
+            live.base_work = work
+            step.emit(KillTask(placement.attempt_id))  # no TaskRunEnded of the old run
+            live.run_for = self._plan_run(node, live, now, fields)
+            step.emit(RunTask(placement.attempt_id, node.spec.node_id, duration=live.run_for))
+        else:
+            live.base_work = work
+        step.emit(Log("task_restored", fields))
 
     def _cancel_unknown(self, step: Step, attempt_id: str) -> None:
         if attempt_id not in self._ended:
@@ -348,7 +411,8 @@ class WorkerAgent:
         now = step.now
         if live is None:
             self._transition(step, attempt_id, AttemptState.NEW, AttemptState.RUNNING)
-            live = self._live[attempt_id] = _LiveAttempt(placement, AttemptState.RUNNING, now)
+            live = self._live[attempt_id] = _LiveAttempt(placement, AttemptState.RUNNING, now,
+                                                         base_work=placement.start_work)
             self._index_job(placement)
         else:
             self._transition(step, attempt_id, AttemptState.QUEUED, AttemptState.RUNNING)
@@ -357,20 +421,47 @@ class WorkerAgent:
         node.free_cpu -= demand.cpu_m
         node.free_mem -= demand.mem_mib
         node.running[attempt_id] = placement
-        work = placement.task.duration
-        fields = self._fields(placement, duration=work,
+        duration = placement.task.duration
+        fields = self._fields(placement, duration=duration,
                              queued_seconds=queued_seconds, priority=placement.priority,
                              pilot=placement.pilot)
+        if placement.copy_of is not None:
+            fields["copy_of"] = placement.copy_of
+        if live.base_work:
+            fields["start_work"] = live.base_work
         if live.suspensions:
-            work = fields["remaining_work"] = live.remaining_work
+            fields["remaining_work"] = self._work_left(live)
             fields["resumed"] = True
-        if node.speed is not None and work is not None:
-            # a varying node: its duration is work, the run lasts what the node takes to do it
-            work = fields["run_for"] = node.speed.time_to_do(now, work)
-        live.run_for = work
-        step.emit(RunTask(attempt_id, node.spec.node_id, duration=work))
+        live.run_for = self._plan_run(node, live, now, fields)
+        step.emit(RunTask(attempt_id, node.spec.node_id, duration=live.run_for))
         step.emit(ReportToLM(Reason.STARTED, attempt_id, at=now))
         step.emit(Log("task_started", fields))
+
+    def _plan_run(self, node: _NodeState, live: _LiveAttempt, now: float,
+                  fields: dict) -> float | None:
+        """The wall time of a run starting now: the work left, at its node's speed (a
+        varying node's run lasts what the node takes to do it; `run_for` says so)."""
+        work = self._work_left(live)
+        if node.speed is not None and work is not None:
+            live.mark = node.speed.work_until(now)
+            work = fields["run_for"] = node.speed.time_to_do(now, work)
+        return work
+
+    @staticmethod
+    def _work_left(live: _LiveAttempt) -> float | None:
+        duration = live.placement.task.duration
+        return None if duration is None else max(0.0, duration - live.base_work)
+
+    def _progress(self, node: _NodeState, live: _LiveAttempt, now: float) -> float | None:
+        """The work the attempt has done by `now`; None for a task of no known duration."""
+        duration = live.placement.task.duration
+        if duration is None:
+            return None
+        if live.state is not AttemptState.RUNNING:
+            return live.base_work
+        # its current run's work: the node's clock at constant speed, else its speed process
+        ran = now - live.since if node.speed is None else node.speed.work_until(now) - live.mark
+        return live.base_work + min(max(0.0, ran), duration - live.base_work)
 
     def _enqueue(self, step: Step, node: _NodeState, placement: Placement) -> None:
         attempt_id = placement.attempt_id
@@ -378,7 +469,8 @@ class WorkerAgent:
         self._arrival_seq += 1
         node.queue.push(placement, self._arrival_seq, step.now)
         self._queued_total += 1
-        self._live[attempt_id] = _LiveAttempt(placement, AttemptState.QUEUED, step.now)
+        self._live[attempt_id] = _LiveAttempt(placement, AttemptState.QUEUED, step.now,
+                                              base_work=placement.start_work)
         self._index_job(placement)
         fields = self._fields(placement, queue_length=len(node.queue),
                              priority=placement.priority, pilot=placement.pilot)
@@ -428,7 +520,7 @@ class WorkerAgent:
         live = self._live
         candidates = [
             placement for attempt_id, placement in node.running.items()
-            if not placement.pilot and placement.priority > 0
+            if not placement.pilot and placement.copy_of is None and placement.priority > 0
             and placement.priority >= threshold
             and live[attempt_id].suspensions < MAX_SUSPENSIONS
         ]
@@ -440,15 +532,13 @@ class WorkerAgent:
         attempt_id = placement.attempt_id
         now = step.now
         ran = max(0.0, now - live.since)
-        remaining = live.remaining_work if live.suspensions else placement.task.duration
-        work_done = None
-        if remaining is not None:
-            # The work done is the planned run's elapsed share of the work it had to do:
-            # exact at constant speed, close when the node's speed varies (NodeSpeed answers
-            # how long work takes, not how much work a time does).
-            run_for = live.run_for
-            work_done = remaining if not run_for else remaining * min(1.0, ran / run_for)
-            remaining -= work_done
+        progress = self._progress(node, live, now)
+        work_done = remaining = None
+        if progress is not None:
+            work_done = progress - live.base_work
+            live.own_work += work_done
+            live.base_work = progress
+            remaining = self._work_left(live)
         del node.running[attempt_id]
         demand = placement.task.demand
         node.free_cpu += demand.cpu_m
@@ -456,7 +546,6 @@ class WorkerAgent:
         self._transition(step, attempt_id, AttemptState.RUNNING, AttemptState.QUEUED,
                          f"suspended for {for_attempt}")
         live.state, live.since, live.run_for = AttemptState.QUEUED, now, None
-        live.remaining_work = remaining
         live.ran_seconds += ran
         live.suspensions += 1
         self._arrival_seq += 1
@@ -594,8 +683,10 @@ class WorkerAgent:
             raise InvariantViolated(f"attempt {attempt_id}: not indexed by its job")
         if not 0 <= live.suspensions <= MAX_SUSPENSIONS:
             raise InvariantViolated(f"attempt {attempt_id}: suspended {live.suspensions} times")
-        if live.suspensions and live.remaining_work is not None and live.remaining_work < 0:
-            raise InvariantViolated(f"attempt {attempt_id}: negative remaining work")
+        duration = placement.task.duration
+        if live.base_work < 0 or (duration is not None and live.base_work > duration + 1e-9):
+            raise InvariantViolated(f"attempt {attempt_id}: {live.base_work} work done of "
+                                    f"{duration}")
 
     def _validate_queue(self, node: _NodeState) -> None:
         # work conservation: a queued task that fits now should have been started

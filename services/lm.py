@@ -5,9 +5,10 @@ is the core's `LocalMaster` (common/lm.py); this shell turns GM requests, worker
 heartbeats and a clock into its events, and carries out its commands:
 
 - `ReplyToGM` is the answer to the HTTP request that caused it;
-- `StartOnWorker` / `StopOnWorker`: queued in the worker's outbox (services/batching.py), which
-  keeps one `POST /v1/tasks/batch` to that worker in flight and puts whatever queued meanwhile
-  in the next one; a batch is retried a few times, then its starts are reported to the core
+- `StartOnWorker` / `StopOnWorker` (and, with redundant copies, `CheckpointOnWorker` /
+  `RestoreOnWorker`): queued in the worker's outbox (services/batching.py), which keeps one
+  `POST /v1/tasks/batch` to that worker in flight and puts whatever queued meanwhile in the
+  next one; a batch is retried a few times, then its starts are reported to the core
   as failed dispatches (their attempts end lost and their GMs place them again);
 - `PublishTaskEvent`: an in-memory outbox drained by one publisher, one message per GM per
   batch, each retried until RabbitMQ confirms it, so events survive a broker outage and keep
@@ -47,9 +48,11 @@ from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Gauge
 
 from common.commands import (
+    CheckpointOnWorker,
     PublishHeartbeat,
     PublishTaskEvent,
     ReplyToGM,
+    RestoreOnWorker,
     StartOnWorker,
     StopOnWorker,
 )
@@ -61,6 +64,7 @@ from common.wire import (
     CancelRequest,
     LaunchRequest,
     PreemptRequest,
+    RestoreWire,
     StopWire,
     TaskEventBatchWire,
     TaskEventWire,
@@ -134,7 +138,7 @@ class LMService:
             topology, now=now, epoch=epoch or int(now * 1000),
             heartbeat_interval=timing.heartbeat_interval, worker_timeout=timing.worker_timeout,
             heartbeat_keepalive=timing.heartbeat_keepalive,
-            recovering=recovering, queue_depth=federation.policies.local_queues.depth)
+            recovering=recovering, **federation.lm_options())
         self.runner = CoreRunner(self.core, lm_id, self.log)
         self.gms = frozenset(federation.gms)
         self.capacity = lm_capacity(federation, lm_id)  # logged at start, for megha inspect
@@ -155,6 +159,8 @@ class LMService:
             for worker in sorted(self.worker_urls)}
         self.runner.on(StartOnWorker, self._queue_start)
         self.runner.on(StopOnWorker, self._queue_stop)
+        self.runner.on(CheckpointOnWorker, self._queue_to_worker)
+        self.runner.on(RestoreOnWorker, self._queue_to_worker)
         self.runner.on(PublishTaskEvent, self._queue_task_event)
         self.runner.on(PublishHeartbeat, self._publish_heartbeat)
         self._metrics()
@@ -291,14 +297,24 @@ class LMService:
                 "lm": self.lm_id, "worker": command.worker, "attempt": command.attempt_id,
                 "call": "stop", "error": f"outbox full ({WORKER_OUTBOX_LIMIT})"})
 
-    async def _send_to_worker(self, worker: str,
-                              batch: Sequence[StartOnWorker | StopOnWorker]) -> None:
-        """One request with every start and stop queued for `worker`, retried a few times."""
+    def _queue_to_worker(self, command: CheckpointOnWorker | RestoreOnWorker) -> None:
+        """A checkpoint request or a restore for a redundant copy's task: best effort (a
+        lost one leaves a copy behind its best, nothing worse)."""
+        if not self.worker_outboxes[command.worker].offer(command):
+            self.worker_calls_failed.labels(type(command).__name__).inc()
+
+    async def _send_to_worker(self, worker: str, batch: Sequence[
+            StartOnWorker | StopOnWorker | CheckpointOnWorker | RestoreOnWorker]) -> None:
+        """One request with everything queued for `worker`, retried a few times."""
         starts = [c for c in batch if isinstance(c, StartOnWorker)]
         stops = [c for c in batch if isinstance(c, StopOnWorker)]
         body = WorkerBatchWire(
             start=[placement_to_wire(c.placement) for c in starts],
             stop=[StopWire(attempt_id=c.attempt_id, reason=str(c.reason)) for c in stops],
+            checkpoint=[a for c in batch if isinstance(c, CheckpointOnWorker)
+                        for a in c.attempt_ids],
+            restore=[RestoreWire(attempt_id=c.attempt_id, work=c.work) for c in batch
+                     if isinstance(c, RestoreOnWorker)],
         ).model_dump_json()
         url = f"{self.worker_urls[worker]}/v1/tasks/batch"
         try:

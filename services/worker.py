@@ -21,7 +21,9 @@ HTTP API (called by the LM; bodies are common/wire.py models):
     POST   /v1/tasks                  PlacementWire -> 202 {attempt_id, state}; 422 if invalid.
                                       A duplicate attempt id is refused by the core (logged),
                                       still 202: the LM may retry a POST whose answer it lost.
-    POST   /v1/tasks/batch            WorkerBatchWire {start, stop}: the starts, then the stops
+    POST   /v1/tasks/batch            WorkerBatchWire {start, stop, checkpoint, restore}: the
+                                      starts, the stops, then the checkpoint requests (each
+                                      answered by a `checkpointed` report) and the restores
                                       -> 200 {started, stopped, refused}
     DELETE /v1/tasks/{attempt_id}     ?reason=cancelled|preempted -> 202 {attempt_id, was} if
                                       it was queued or running, else 404 {detail, state}
@@ -48,7 +50,13 @@ from prometheus_client import Counter, Gauge
 
 from common.commands import KillTask, ReportToLM, RunTask
 from common.errors import InvalidInput
-from common.events import TaskAssigned, TaskCancelled, TaskRunEnded
+from common.events import (
+    TaskAssigned,
+    TaskCancelled,
+    TaskCheckpointRequested,
+    TaskRestored,
+    TaskRunEnded,
+)
 from common.federation import Federation
 from common.messages import Placement
 from common.reasons import Reason
@@ -87,6 +95,8 @@ REPORT_BATCH = 500  # reports per request
 # would be after REPORT_GIVE_UP_SECONDS, and the LM learns the attempt's fate from heartbeats.
 REPORT_OUTBOX_LIMIT = 20_000
 LIVE_STATES = (AttemptState.QUEUED, AttemptState.RUNNING)
+# reports that are not an attempt's end (a StrEnum: the wire's kinds compare equal)
+NOT_ENDS = frozenset({Reason.STARTED, Reason.SUSPENDED, Reason.CHECKPOINTED})
 CANCEL_REASONS = {"cancelled": Reason.CANCELLED, "preempted": Reason.PREEMPTED}
 
 
@@ -189,6 +199,12 @@ class WorkerService:
             was = self.cancel(item.attempt_id, CANCEL_REASONS[item.reason])
             stopped.append({"attempt_id": item.attempt_id,
                             "was": None if was is None else str(was)})
+        if wire.checkpoint:
+            self.runner.handle(TaskCheckpointRequested(self.runner.stimulus("checkpoint"),
+                                                       tuple(wire.checkpoint)))
+        for item in wire.restore:
+            self.runner.handle(TaskRestored(self.runner.stimulus("restore"), item.attempt_id,
+                                            item.work))
         return {"started": started, "stopped": stopped, "refused": refused}
 
     def cancel(self, attempt_id: str, reason: Reason) -> AttemptState | None:
@@ -268,7 +284,7 @@ class WorkerService:
         if not self.outbox.offer(_OutgoingReport(report, asyncio.get_running_loop().time())):
             self._dropped([report], f"outbox full ({REPORT_OUTBOX_LIMIT} reports)")
             return
-        if command.kind is not Reason.STARTED and command.kind is not Reason.SUSPENDED:
+        if command.kind not in NOT_ENDS:
             self._ending.add(command.attempt_id)
 
     # -- to the LM ---------------------------------------------------------------------------
@@ -285,7 +301,7 @@ class WorkerService:
             await self._deliver_once(items)
         finally:
             for item in items:
-                if item.report.kind not in ("started", "suspended"):  # not an end
+                if item.report.kind not in NOT_ENDS:
                     self._ending.discard(item.report.attempt_id)
                     self._placements.pop(item.report.attempt_id, None)
 

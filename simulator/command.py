@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from common.errors import InvalidInput
 from common.federation import Federation, Variability
 from common.policies.job import JOB_POLICIES
+from common.policies.redundancy.copies import COPY_POLICIES
 from loadgen.sources import add_workload_arguments, build_workload, load_config
 from simulator.baselines import DEFAULT_PROBE_RATIO, RandomSimulation, SparrowSimulation
 from simulator.cluster import PAPER_NODE, SLOT, shaped_federation
@@ -69,6 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="megha and centralized: tasks may wait in a busy node's local queue "
                           "at its worker, up to N per node, in SRPT order (default: the "
                           "federation file's [policies.local_queues] depth; 0 for --nodes)")
+    sim.add_argument("--redundancy", choices=COPY_POLICIES.names(), default=None,
+                     help="megha and centralized: redundant copies of running tasks on each "
+                          "LM's idle nodes, the first to finish winning (default: the "
+                          "federation file's [policies.redundancy] policy; none for --nodes)")
     sim.add_argument("--probe-ratio", type=float, default=DEFAULT_PROBE_RATIO,
                      help="sparrow: probes per task (default 2)")
     sim.add_argument("--log", type=Path, default=None,
@@ -93,8 +98,7 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
                                               "([timing]) or use --nodes")
         if args.slots:
             raise InvalidInput("--slots", "slot mode needs a generated cluster: give --nodes")
-        return with_job_policy(federation, args.job_policy, args.variability,
-                               args.queue_depth), path
+        return with_overrides(federation, args), path
     if args.config is not None:
         raise InvalidInput("--nodes", "give either --config or --nodes, not both")
     node = parse_node(args.node)
@@ -102,26 +106,29 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
     federation = shaped_federation(
         args.nodes, gms, lms, slots=args.slots, node=node, nodes_per_worker=args.nodes_per_worker,
         heartbeat_interval=10.0 if args.heartbeat is None else args.heartbeat, seed=args.seed)
-    return (with_job_policy(federation, args.job_policy, args.variability, args.queue_depth),
-            f"{args.nodes} nodes, {gms} GMs, {lms} LMs")
+    return with_overrides(federation, args), f"{args.nodes} nodes, {gms} GMs, {lms} LMs"
 
 
-def with_job_policy(federation: Federation, job_policy: str | None,
-                    variability: str | None = None, queue_depth: int | None = None
-                    ) -> Federation:
-    """`federation` with its GMs' job policy (`--job-policy`), its nodes' speed model
-    (`--variability`, with that model's defaults) and its local queues' depth
-    (`--queue-depth`) replaced, where given."""
+def with_overrides(federation: Federation, args: argparse.Namespace) -> Federation:
+    """`federation` with what the command line overrides, where given: its GMs' job policy
+    (`--job-policy`), its nodes' speed model (`--variability`, with that model's defaults),
+    its local queues' depth (`--queue-depth`) and its LMs' copies (`--redundancy`)."""
+    policies = federation.policies
+    job_policy = getattr(args, "job_policy", None)
     if job_policy is not None:
-        policies = federation.policies.model_copy(update={"job": job_policy})
-        federation = dataclasses.replace(federation, policies=policies)
+        policies = policies.model_copy(update={"job": job_policy})
+    queue_depth = getattr(args, "queue_depth", None)
     if queue_depth is not None:
         if queue_depth < 0:
             raise InvalidInput("--queue-depth", f"must be >= 0, got {queue_depth}")
-        local_queues = federation.policies.local_queues.model_copy(
-            update={"depth": queue_depth})
-        policies = federation.policies.model_copy(update={"local_queues": local_queues})
-        federation = dataclasses.replace(federation, policies=policies)
+        policies = policies.model_copy(update={
+            "local_queues": policies.local_queues.model_copy(update={"depth": queue_depth})})
+    redundancy = getattr(args, "redundancy", None)
+    if redundancy is not None:
+        policies = policies.model_copy(update={
+            "redundancy": policies.redundancy.model_copy(update={"policy": redundancy})})
+    federation = dataclasses.replace(federation, policies=policies)
+    variability = getattr(args, "variability", None)
     if variability is not None:
         federation = dataclasses.replace(federation, variability=Variability(model=variability))
     return federation

@@ -28,13 +28,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from common.commands import JobEnded, KillTask, Log, PublishHeartbeat, RunTask, StopOnWorker
+from common.commands import (
+    JobEnded,
+    KillTask,
+    Log,
+    PublishHeartbeat,
+    PublishTaskEvent,
+    RunTask,
+    StartOnWorker,
+    StopOnWorker,
+)
 from common.errors import InvalidInput
 from common.events import HeartbeatReceived, JobSubmitted, TaskRunEnded, Tick
 from common.federation import Federation
 from common.gm import GlobalMaster
 from common.lm import LocalMaster
 from common.models import JobSpec, TaskSpec
+from common.reasons import Reason
 from common.resources import Resources
 from common.routing import GM, LM, ROUTES, WORKER, Receiver, Route, StimulusIds
 from common.startlog import TIMED_EVENTS, gm_starting, lm_capacity
@@ -44,6 +54,7 @@ from simulator.engine import DelayModel, Engine
 from simulator.eventlog import SimLog
 
 PROCESSING_MODELS = ("none", "measured")
+_LIVE_AT_WORKER = (WorkerAttemptState.QUEUED, WorkerAttemptState.RUNNING)
 
 
 class InvariantBroken(AssertionError):
@@ -64,6 +75,9 @@ class RunOutcome:
     rejected: dict[str, str] = field(default_factory=dict)  # job id -> reason
     ended: dict[str, str] = field(default_factory=dict)  # job id -> state
     completions: dict[str, int] = field(default_factory=dict)  # task id -> runs completed
+    # task id -> finishes its LMs published, for tasks that had redundant copies: copies
+    # race, and more than one may run to its end; the task completes once, at its LM
+    copied_finishes: dict[str, int] = field(default_factory=dict)
     virtual_s: float = 0.0
     steps: int = 0
 
@@ -93,9 +107,9 @@ class FederatedSimulation:
                                                 topologies=topologies))
                     for gm in federation.gms}
         self._last_heartbeat: dict[str, object] = {}
-        depth = federation.policies.local_queues.depth
+        lm_options = federation.lm_options()
         self.lms = {t.lm: _Actor(t.lm, LocalMaster(t, heartbeat_interval=timing.heartbeat_interval,
-                                                   worker_timeout=math.inf, queue_depth=depth))
+                                                   worker_timeout=math.inf, **lm_options))
                     for t in topologies}
         options = federation.worker_options()
         self.workers = {worker: _Actor(worker, WorkerAgent(
@@ -118,6 +132,11 @@ class FederatedSimulation:
         # so it is no completion of its task
         self._revoked: set[str] = set()
         self._routes[StopOnWorker] = partial(self._stop, self._routes[StopOnWorker])
+        # tasks with redundant copies: their completions count where their LM decides them
+        self._copied: set[str] = set()
+        self._routes[StartOnWorker] = partial(self._start, self._routes[StartOnWorker])
+        self._routes[PublishTaskEvent] = partial(self._task_event,
+                                                 self._routes[PublishTaskEvent])
         self._finished_reports = 0
         # the agenda's action: no tuples; without processing time an event never waits, so
         # it goes straight to `_handle` (one call less on each of a million deliveries)
@@ -258,13 +277,28 @@ class FederatedSimulation:
 
     def _kill(self, source: _Actor, c: KillTask, cause: str, at: float, took: float) -> None:
         self._running.pop(c.attempt_id, None)  # its scheduled end finds nothing to end
-        if source.core.state_of(c.attempt_id) is not WorkerAttemptState.QUEUED:
-            # ended for good; a suspended attempt runs again, and a stop may still reach it
+        if source.core.state_of(c.attempt_id) not in _LIVE_AT_WORKER:
+            # ended for good; a suspended attempt runs again (a restored one at once), and a
+            # stop may still reach it
             self._revoked.discard(c.attempt_id)
 
     def _stop(self, deliver: Callable, source: _Actor, c: StopOnWorker, cause: str, at: float,
               took: float) -> None:
         self._revoked.add(c.attempt_id)
+        deliver(source, c, cause, at, took)
+
+    def _start(self, deliver: Callable, source: _Actor, c: StartOnWorker, cause: str,
+               at: float, took: float) -> None:
+        if c.placement.copy_of is not None:
+            self._copied.add(c.placement.task.task_id)
+        deliver(source, c, cause, at, took)
+
+    def _task_event(self, deliver: Callable, source: _Actor, c: PublishTaskEvent, cause: str,
+                    at: float, took: float) -> None:
+        event = c.event
+        if event.kind is Reason.FINISHED and event.task_id in self._copied:
+            finishes = self.outcome.copied_finishes
+            finishes[event.task_id] = finishes.get(event.task_id, 0) + 1
         deliver(source, c, cause, at, took)
 
     def _job_ended(self, source: _Actor, c: JobEnded, cause: str, at: float,
@@ -284,7 +318,7 @@ class FederatedSimulation:
         worker, task, duration = run
         if attempt in self._revoked:
             self._revoked.discard(attempt)
-        else:
+        elif task not in self._copied:  # its LM decides which of a copied task's runs counts
             completions = self.outcome.completions
             completions[task] = completions.get(task, 0) + 1
         worker.receive(TaskRunEnded(self.ids.new("ran"), attempt, duration))
@@ -313,6 +347,7 @@ class FederatedSimulation:
             raise InvariantBroken(f"{len(dropped)} accepted job(s) never ended, e.g. "
                                   f"{sorted(dropped)[0]}")
         twice = [task for task, runs in self.outcome.completions.items() if runs > 1]
+        twice += [task for task, runs in self.outcome.copied_finishes.items() if runs > 1]
         if twice:
             raise InvariantBroken(f"{len(twice)} task(s) ran to completion twice, e.g. "
                                   f"{twice[0]}")

@@ -72,12 +72,14 @@ class Federation:
     finished_reports: list[str] = field(default_factory=list)  # attempts workers finished
     validate: bool = True
     queue_depth: int = 0  # [policies.local_queues] depth: attempts may wait on busy nodes
+    redundancy: str = "none"  # [policies.redundancy] policy: copies on LMs' idle nodes
+    max_copies: int = 4
 
     def __post_init__(self) -> None:
         self.gms = {c.gm_id: GlobalMaster(c, topologies=self.topologies) for c in self.gm_configs}
         self.lms = {t.lm: LocalMaster(t, heartbeat_interval=self.heartbeat_interval,
                                       worker_timeout=self.worker_timeout,
-                                      queue_depth=self.queue_depth)
+                                      **self.lm_options())
                     for t in self.topologies}
         self.workers: dict[str, WorkerAgent] = {}
         self.worker_lm: dict[str, str] = {}
@@ -89,6 +91,10 @@ class Federation:
                 self.workers[worker] = WorkerAgent(worker, nodes)
                 self.worker_lm[worker] = topology.lm
         self._ids = StimulusIds()
+
+    def lm_options(self) -> dict:
+        return {"queue_depth": self.queue_depth, "redundancy": self.redundancy,
+                "max_copies": self.max_copies}
 
     @classmethod
     def simple(cls, num_gms: int = 2, num_lms: int = 2, nodes_per_lm: int = 4,

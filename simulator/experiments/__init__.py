@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
             shape["nodes"], gms, lms, slots=args.slots, node=simulate.parse_node(args.node),
             nodes_per_worker=args.nodes_per_worker, heartbeat_interval=heartbeat,
             seed=args.seed)
-        federation = simulate.with_job_policy(federation, args.job_policy, args.variability)
+        federation = simulate.with_overrides(federation, args)
         where = f"{shape['nodes']} nodes, {gms} GMs, {lms} LMs, heartbeat {heartbeat:g} s"
         log = None if args.no_log else out / f"{name}.log"
         result = simulate.simulate_once(args, shape["scheduler"], federation, where, log, name)

@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from common.errors import InvalidInput
-from common.policies.redundancy import REDUNDANCY_POLICIES
+from common.policies.redundancy.machines import REDUNDANCY_POLICIES
 from common.speed import SpeedModel
 from simulator.redundancy import RedundancySim, RunResult, Workload
 

@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
             federation = shaped_federation(
                 nodes, gms, lms, slots=True, nodes_per_worker=args.nodes_per_worker,
                 heartbeat_interval=heartbeat, policies={"job": predictor}, seed=args.seed)
-            federation = simulate.with_job_policy(federation, None, args.variability)
+            federation = simulate.with_overrides(
+                federation, argparse.Namespace(variability=args.variability))
             where = f"{nodes} slots, {gms} GMs, {lms} LMs, job policy {predictor}"
             log = None if args.no_log else folder / f"{predictor}.log"
             result = simulate.simulate_once(workload, args.scheduler, federation, where, log,

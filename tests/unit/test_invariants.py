@@ -184,7 +184,7 @@ def restart_lm(fed: Federation, lm_id: str) -> None:
     fed.lms[lm_id] = LocalMaster(old.topology, now=fed.now, epoch=old.epoch + 1,
                                  heartbeat_interval=fed.heartbeat_interval,
                                  worker_timeout=fed.worker_timeout, recovering=True,
-                                 queue_depth=fed.queue_depth)
+                                 **fed.lm_options())
 
 
 def check_no_overcommit(fed: Federation) -> None:

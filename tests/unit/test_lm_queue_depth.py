@@ -164,3 +164,20 @@ def test_no_order_of_reports_over_commits_a_node(ops) -> None:
         lm.validate()
         suspended = sum(1 for a in lm.running.values() if a.suspended_at is not None)
         assert lm.queued_on("n0") <= 3 + suspended
+
+
+def test_a_start_reported_twice_while_waiting_for_room_takes_it_once() -> None:
+    """Found by the property above: a start repeated while it waited for room was filed to
+    wait twice, so the end that made room handed the attempt its resources twice, the second
+    time after it had ended (its listing came back to life)."""
+    lm = LocalMaster(topology(), queue_depth=3)
+    launch(lm, item("t0#1", "n0", cpu=1000))
+    launch(lm, item("t1#1", "n0", cpu=4000))
+    lm.handle(WorkerTaskStarted("s", "w0", "t1#1", 0.1), 0.1)
+    lm.handle(WorkerTaskStarted("s", "w0", "t1#1", 0.2), 0.2)
+    lm.validate()
+    lm.handle(WorkerTaskFinished("s", "w0", "t0#1", 1.0), 0.3)
+    lm.validate()
+    lm.handle(WorkerTaskFinished("s", "w0", "t1#1", 1.0), 0.4)
+    lm.validate()
+    assert lm.state.free_cpu[0] == 4000 and lm.queued_on("n0") == 0 and not lm.running

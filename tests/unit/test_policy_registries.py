@@ -14,15 +14,16 @@ import common.policies
 from common.errors import InvalidInput
 from common.federation import Policies, load_federation
 from common.gm_config import GMConfig
+from common.lm import LocalMaster
 from common.policies.fairness import UserQueue
 from common.policies.registry import Registry
 from common.worker import WorkerAgent
 
 FAMILIES = ("policies.fairness", "policies.job", "policies.local_queue", "policies.placement",
-            "policies.redundancy")
-# Families only the simulator's own models choose so far, not a federation file: the SRPT+R
-# paper's machine allocation runs in simulator/redundancy.py, not yet in the GM and LM.
-SIMULATOR_ONLY = {"policies.redundancy"}
+            "policies.redundancy.policy", "redundancy experiment")
+# Families only the simulator's own models choose, not a federation file: the SRPT+R paper's
+# machine allocation runs in simulator/redundancy.py (the LMs' copies are the other family).
+SIMULATOR_ONLY = {"redundancy experiment"}
 
 # What each family's `make` passes (a family module's docstring says so); the local queue
 # family hands out classes (`get`), made with nothing.
@@ -46,9 +47,11 @@ nodes = {{ count = 2, cpu_m = 1000, mem_mib = 1024 }}
 
 
 def family_modules() -> list[ModuleType]:
-    modules = [importlib.import_module(f"common.policies.{info.name}")
-               for info in pkgutil.iter_modules(common.policies.__path__)]
-    return [module for module in modules if registries_of(module)]
+    """The modules that define a family: its Protocol and its registry (a folder of a
+    family may hold several, and modules that register into another's registry)."""
+    modules = [importlib.import_module(info.name) for info in pkgutil.walk_packages(
+        common.policies.__path__, "common.policies.")]
+    return [module for module in modules if registries_of(module) and protocols_of(module)]
 
 
 def registries_of(module: ModuleType) -> list[Registry]:
@@ -71,7 +74,7 @@ def members(protocol: type) -> tuple[list[str], dict[str, inspect.Signature]]:
 
 
 MODULES = family_modules()
-ids = [module.__name__.rsplit(".", 1)[1] for module in MODULES]
+ids = [module.__name__.removeprefix("common.policies.") for module in MODULES]
 
 
 def test_every_family_is_found_once() -> None:
@@ -123,7 +126,8 @@ def test_an_unknown_name_is_refused_naming_the_known_ones(module: ModuleType) ->
         return
     # the argument a refusal names is where the core takes the policy's name
     assert (registry.argument in GMConfig.__dataclass_fields__
-            or registry.argument in inspect.signature(WorkerAgent).parameters)
+            or registry.argument in inspect.signature(WorkerAgent).parameters
+            or registry.argument in inspect.signature(LocalMaster).parameters)
 
 
 @pytest.mark.parametrize("module", MODULES, ids=ids)
@@ -131,13 +135,20 @@ def test_the_federation_file_offers_the_registered_names(module: ModuleType) -> 
     registry = registries_of(module)[0]
     if registry.family in SIMULATOR_ONLY:
         pytest.skip(f"{registry.family} is not chosen in a federation file yet")
-    section, key = registry.family.split(".")
+    section, key, *field = registry.family.split(".")
     assert section == "policies" and key in Policies.model_fields
+
+    def line(name: str) -> str:  # a key of [policies], or of a table of it (inline)
+        return f'{key} = "{name}"' if not field else f'{key} = {{ {field[0]} = "{name}" }}'
+
+    def chosen(federation) -> str:
+        value = getattr(federation.policies, key)
+        return getattr(value, field[0]) if field else value
+
     for name in registry.names():
-        federation = load_federation(FEDERATION.format(line=f'{key} = "{name}"'))
-        assert getattr(federation.policies, key) == name
+        assert chosen(load_federation(FEDERATION.format(line=line(name)))) == name
     with pytest.raises(InvalidInput) as caught:
-        load_federation(FEDERATION.format(line=f'{key} = "no_such_policy"'))
+        load_federation(FEDERATION.format(line=line("no_such_policy")))
     assert caught.value.field == registry.family
     assert f"(known: {', '.join(registry.names())})" in caught.value.message
 

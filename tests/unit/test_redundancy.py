@@ -1,4 +1,4 @@
-"""The SRPT+R paper's allocation policies (common/policies/redundancy.py), machine speed
+"""The SRPT+R paper's allocation policies (common/policies/redundancy/machines.py), machine speed
 (common/speed.py) and the slotted cluster that runs them (simulator/redundancy.py): hand-worked
 allocations and checkpoints, invariants on random inputs, exactly-once completion."""
 
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.errors import InvalidInput
-from common.policies.redundancy import REDUNDANCY_POLICIES
+from common.policies.redundancy.machines import REDUNDANCY_POLICIES
 from common.speed import SpeedModel
 from simulator.redundancy import Entries, RedundancySim, Workload
 

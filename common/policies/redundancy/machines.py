@@ -37,6 +37,7 @@ from typing import Protocol
 import numpy as np
 
 from common.errors import InvalidInput
+from common.policies.redundancy.copies import shares
 from common.policies.registry import Registry
 
 
@@ -51,16 +52,17 @@ class MachineAllocation(Protocol):
         machines left) never exceed `machines`."""
 
 
+# the paper's model only (`megha experiment redundancy`): the federation file's
+# [policies.redundancy] chooses among copies.COPY_POLICIES
 REDUNDANCY_POLICIES: Registry[type[MachineAllocation]] = Registry(
-    "policies.redundancy", argument="redundancy")
+    "redundancy experiment", argument="policy")
 
 
 def spread(copies: np.ndarray, chosen: np.ndarray, favoured: int, machines: int) -> None:
     """Give the `chosen` jobs floor(m/k) machines each and `favoured` (one of them) the rest."""
-    k = len(chosen)
-    each = machines // k
+    each, rest = shares(len(chosen), machines)
     copies[chosen] = each
-    copies[favoured] = machines - (k - 1) * each
+    copies[favoured] = rest
 
 
 class _Policy:

@@ -1,0 +1,159 @@
+"""How many redundant copies each running task gets on a cluster's idle nodes: the SRPT+R
+paper's algorithms as an LM applies them per task (docs/redundancy.md).
+
+Given `n` candidate tasks (originals that run) and `I` idle nodes, a policy chooses `k` of the
+candidates and an order, the favoured one first. The `k + I` machines are then spread as the
+paper's algorithms spread machines among jobs: every chosen task gets `floor(M / k)` machines
+(its own and copies) and the favoured one the rest, `M - (k - 1) floor(M / k)` (`shares`).
+With fewer idle nodes than chosen tasks that is one machine each, so every idle node goes to
+the favoured task.
+
+- `srpt+r`: all `n`, the least estimated remaining work first;
+- `fair+r`: all `n`, the latest arrival first;
+- `laps+r`: the `ceil(beta n)` latest arrivals, the latest first;
+- `none`: no copies.
+
+`max_copies` (the original included; 0: no bound) caps what one task gets; what the cap
+leaves over goes to the next chosen tasks in order, up to the cap each.
+
+The candidates are an index kept as tasks start and end (`Candidates`), so a decision costs
+the copies it hands out, not a sort of every running task.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Protocol
+
+from sortedcontainers import SortedList
+
+from common.errors import InvalidInput
+from common.policies.registry import Registry
+
+
+def shares(chosen: int, machines: int) -> tuple[int, int]:
+    """(machines each chosen job gets, machines the favoured one gets) when `machines` are
+    spread over `chosen` jobs as the paper's algorithms do; `machines` >= `chosen` >= 1."""
+    each = machines // chosen
+    return each, machines - (chosen - 1) * each
+
+
+class Candidates:
+    """The originals that may get copies, in the two orders the policies read: by estimated
+    remaining work (least first) and by arrival (latest first)."""
+
+    def __init__(self) -> None:
+        self._by_key: SortedList = SortedList()  # (priority, seq, attempt id)
+        self._entries: dict[str, tuple[float, int, str]] = {}  # in arrival order
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, attempt_id: str) -> bool:
+        return attempt_id in self._entries
+
+    def add(self, attempt_id: str, priority: float) -> None:
+        if attempt_id in self._entries:
+            return
+        self._seq += 1
+        entry = (priority, self._seq, attempt_id)
+        self._entries[attempt_id] = entry
+        self._by_key.add(entry)
+
+    def discard(self, attempt_id: str) -> None:
+        entry = self._entries.pop(attempt_id, None)
+        if entry is not None:
+            self._by_key.remove(entry)
+
+    def ids(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def least_work_first(self) -> Iterator[str]:
+        return (entry[2] for entry in self._by_key)
+
+    def latest_first(self) -> Iterator[str]:
+        return reversed(self._entries)
+
+
+class CopyPolicy(Protocol):
+    name: str
+
+    def chosen(self, candidates: int) -> int:
+        """How many of the candidates may get copies."""
+
+    def order(self, candidates: Candidates) -> Iterator[str]:
+        """The candidates in the order they get copies, the favoured one first."""
+
+
+COPY_POLICIES: Registry[type[CopyPolicy]] = Registry("policies.redundancy.policy",
+                                                     argument="redundancy")
+
+
+class _Policy:
+    def __init__(self, beta: float = 0.5) -> None:
+        if not (isinstance(beta, int | float) and 0 < beta <= 1 and math.isfinite(beta)):
+            raise InvalidInput("beta", f"must be in (0, 1], got {beta!r}")
+        self.beta = beta
+
+    def chosen(self, candidates: int) -> int:
+        return candidates
+
+
+@COPY_POLICIES.register("none")
+class NoCopies(_Policy):
+    def chosen(self, candidates: int) -> int:
+        return 0
+
+    def order(self, candidates: Candidates) -> Iterator[str]:
+        return iter(())
+
+
+@COPY_POLICIES.register("srpt+r")
+class SrptCopies(_Policy):
+    def order(self, candidates: Candidates) -> Iterator[str]:
+        return candidates.least_work_first()
+
+
+@COPY_POLICIES.register("fair+r")
+class FairCopies(_Policy):
+    def order(self, candidates: Candidates) -> Iterator[str]:
+        return candidates.latest_first()
+
+
+@COPY_POLICIES.register("laps+r")
+class LapsCopies(FairCopies):
+    def chosen(self, candidates: int) -> int:
+        return max(1, math.ceil(self.beta * candidates)) if candidates else 0
+
+
+def wanted_copies(policy: CopyPolicy, candidates: Candidates, idle: int,
+                  max_copies: int = 0) -> dict[str, int]:
+    """Extra copies per candidate (only those that get some), in the policy's order."""
+    k = policy.chosen(len(candidates))
+    if not k or idle <= 0:
+        return {}
+    each, favoured = shares(k, k + idle)
+    limit = max_copies - 1 if max_copies else idle
+    plan: dict[str, int] = {}
+    left = idle
+    order = policy.order(candidates)
+    for i, original in enumerate(order):
+        if i >= k or left <= 0:
+            break
+        extra = min(limit, (favoured if i == 0 else each) - 1, left)
+        if extra <= 0:
+            break  # one machine each from here on: nobody after gets a copy
+        plan[original] = extra
+        left -= extra
+    if max_copies and left > 0:
+        # the cap left idle nodes over: the next chosen tasks, in order, up to the cap each
+        for i, original in enumerate(policy.order(candidates)):
+            if i >= k or left <= 0:
+                break
+            extra = min(limit - plan.get(original, 0), left)
+            if extra > 0:
+                plan[original] = plan.get(original, 0) + extra
+                left -= extra
+    return plan
