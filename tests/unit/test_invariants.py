@@ -6,8 +6,10 @@ through `tests/harness.py`: it submits jobs (with placement constraints, so repa
 and preemptions happen), delivers in-flight messages in any order (so GMs act on stale
 views and replies overtake heartbeats), delivers some twice (retried requests, redelivered
 events), finishes running attempts, advances time, and kills and revives worker agents;
-one variant also restarts LMs. It runs with the fifo and the slearn job policies, two or
-three GMs, two LMs of three small nodes. After every step it checks:
+one variant also restarts LMs. It runs with the fifo and the slearn job policies, with local
+queues, and with redundant copies (srpt+r: finishes of copies and originals race, and
+cancels cross finishes), two or three GMs, two LMs of three small nodes. After every step it
+checks:
 
 1. no LM over-commits a node;
 2. no task is DONE twice and no attempt id is started twice by workers;
@@ -112,6 +114,7 @@ class LogAudit:
         self.preempts: list[tuple[str, str, frozenset[str]]] = []  # (lm, node, victims)
         self.lm_running: dict[tuple[str, str], str] = {}  # (lm, attempt) -> node
         self.preempted = 0
+        self.copy_won: Counter[str] = Counter()  # original attempt -> wins declared
 
     def lm_restarted(self, lm: str) -> None:
         """A restarted LM knows nothing it ran: it learns again from `attempt_adopted`."""
@@ -147,7 +150,10 @@ class LogAudit:
 
     def _lm(self, fed: Federation, lm: str, record: Log) -> None:
         f = record.fields
-        if record.event == "task_launched":
+        if record.event == "copy_won":
+            self.copy_won[f["original"]] += 1
+            assert self.copy_won[f["original"]] == 1, f"{f['original']} won twice: {f}"
+        elif record.event == "task_launched":
             self._check_launch(fed, lm, f)
             self.lm_running[(lm, f["attempt"])] = f["node"]
         elif record.event == "attempt_adopted":
@@ -247,6 +253,7 @@ class FederationMachine(RuleBasedStateMachine):
 
     job_policy = "fifo"
     queue_depth = 0  # [policies.local_queues] depth
+    redundancy = "none"  # [policies.redundancy] policy
 
     def __init__(self) -> None:
         super().__init__()
@@ -274,7 +281,8 @@ class FederationMachine(RuleBasedStateMachine):
         placement = "best_fit" if best_fit else "first_fit"
         configs = [GMConfig(gm, queues, job_policy=self.job_policy, placement=placement,
                             seed=seed) for gm in gms]
-        self.fed = Federation(topologies, configs, queue_depth=self.queue_depth)
+        self.fed = Federation(topologies, configs, queue_depth=self.queue_depth,
+                              redundancy=self.redundancy, max_copies=3)
         for topology in topologies:
             for node in topology.nodes:
                 self.worker_nodes.setdefault(node.worker, []).append(node)
@@ -417,6 +425,7 @@ class FederationMachine(RuleBasedStateMachine):
         # nothing of an ended job may keep holding resources
         for lm in fed.lms.values():
             assert not lm.running, f"{lm.lm} still runs {sorted(lm.running)} after the drain"
+            assert lm.copies is None or not lm.copies.copies, f"{lm.lm} still has copies"
         self.audit.consume(fed)
         check_no_overcommit(fed)
         self._report_coverage()
@@ -425,8 +434,12 @@ class FederationMachine(RuleBasedStateMachine):
         """What this run exercised (`pytest --hypothesis-show-statistics` tallies these)."""
         logs = Counter(record.event for _, record in self.fed.logs)
         event(f"jobs: {min(len(self.submitted), 5)}{'+' if len(self.submitted) > 5 else ''}")
-        for name in ("repartition", "task_preempted", "task_lost", "launch_refused", "task_queued",
-                     "preemption_refused", "node_down", "job_failed"):
+        names = ["repartition", "task_preempted", "task_lost", "launch_refused", "task_queued",
+                 "preemption_refused", "node_down", "job_failed"]
+        if self.redundancy != "none":
+            names += ["copy_launched", "copy_finished_late", "task_restored"]
+            event(f"a copy won: {'yes' if any(r.event == 'copy_won' and r.fields['by_copy'] for _, r in self.fed.logs) else 'no'}")  # noqa: E501
+        for name in names:
             event(f"{name}: {'yes' if logs[name] else 'no'}")
 
     # -- mechanics --------------------------------------------------------------------------------
@@ -547,6 +560,31 @@ class LocalQueueFederationMachine(LMRestartFederationMachine):
     queue_depth = 2
 
 
+class RedundancyFederationMachine(LMRestartFederationMachine):
+    """The same with redundant copies (srpt+r, at most 3 copies a task): idle nodes run
+    copies of running tasks, GMs' launches take those nodes back, the first attempt to
+    finish wins and the others are cancelled; finishes and cancels cross, workers die and
+    LMs restart. A task is done once (invariant 2), and copies sit on idle nodes only, one
+    a node (`LocalMaster.validate` after every event)."""
+
+    redundancy = "srpt+r"
+
+    @precondition(lambda self: self.fed is not None and any(
+        "~" in attempt for attempt in self.fed.executing))
+    @rule(pick=st.integers(0, 1000))
+    def finish_a_copy(self, pick: int) -> None:
+        """A copy's run ends (a fast node): it races its original's end and the cancels."""
+        copies = sorted(attempt for attempt in self.fed.executing if "~" in attempt)
+        self.fed.finish(copies[pick % len(copies)], 0.5)
+
+    def teardown(self) -> None:
+        # copies still running end first: their wins race what is still in flight
+        if self.fed is not None and sys.exc_info()[1] is None:
+            for attempt in [a for a in self.fed.executing if "~" in a]:
+                self.fed.finish(attempt, 0.5)
+        super().teardown()
+
+
 # About 3-4 s per machine on one core; a failure prints the steps that reproduce it.
 MACHINE_SETTINGS = settings(
     max_examples=100,
@@ -561,6 +599,10 @@ TestSLearnFederation.settings = MACHINE_SETTINGS
 TestLMRestartFederation = LMRestartFederationMachine.TestCase
 TestLocalQueueFederation = LocalQueueFederationMachine.TestCase
 TestLocalQueueFederation.settings = MACHINE_SETTINGS
+TestRedundancyFederation = RedundancyFederationMachine.TestCase
+# copies race in a fraction of runs only (a copy needs an idle node and a running task):
+# three times the examples
+TestRedundancyFederation.settings = settings(MACHINE_SETTINGS, max_examples=300)
 TestLMRestartFederation.settings = MACHINE_SETTINGS
 
 

@@ -5,6 +5,7 @@ a simulation that stays repeatable with it."""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -26,11 +27,27 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_work_is_integrated_over_the_node_s_rate_periods() -> None:
     node = NodeSpeed(SpeedModel(), "hand")
-    node._ends, node._rates = [10.0, 15.0, 30.0], [1.0, 0.0, 2.0]  # then drawn as needed
+    # periods [0, 10) at 1, [10, 15) stopped, [15, 30) at 2, then drawn as needed
+    node._starts, node._ends, node._rates = [0.0, 10.0, 15.0], [10.0, 15.0, 30.0], [1.0, 0.0, 2.0]
+    node._done = [0.0, 10.0, 10.0]
+    assert [node.work_until(t) for t in (4.0, 12.0, 16.0)] == [4.0, 10.0, 12.0]
     assert node.time_to_do(0.0, 4.0) == 4.0
     assert node.time_to_do(8.0, 4.0) == pytest.approx(2 + 5 + 1)  # 2 done, stopped 5, 2 at x2
     assert node.time_to_do(12.0, 10.0) == pytest.approx(3 + 5)  # waits out the stop
     assert NodeSpeed(SpeedModel(kind="constant"), "c").time_to_do(5.0, 7.0) == 7.0
+    assert NodeSpeed(SpeedModel(kind="constant"), "c").work_until(5.0) == 5.0
+
+
+@pytest.mark.parametrize("kind", ["two-state", "gamma"])
+def test_the_work_a_run_does_is_the_work_it_was_given(kind: str) -> None:
+    """`work_until` and `time_to_do` read the same periods: a run of work w started at s
+    and lasting `time_to_do(s, w)` did exactly w by `work_until`, across period trims."""
+    node, rng, t = NodeSpeed(SpeedModel(kind=kind), "runs"), random.Random(2), 0.0
+    for _ in range(3000):
+        t += rng.uniform(0, 5)
+        before, work = node.work_until(t), rng.uniform(0.1, 50)
+        took = node.time_to_do(t, work)
+        assert node.work_until(t + took) - before == pytest.approx(work)
 
 
 @pytest.mark.parametrize("model", [SpeedModel(), SpeedModel(kind="gamma", shape=3, interval=4)])
