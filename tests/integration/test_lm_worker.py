@@ -619,3 +619,57 @@ def test_a_preemptive_queue_suspends_a_long_task_for_a_far_shorter_one(tmp_path,
     assert [r["attempt"] for r in lines if r["event"] == "task_suspended"] == [
         long["attempt_id"]]
     assert any(r["event"] == "task_started" and r.get("resumed") for r in lines)
+
+
+@pytest.mark.timeout(40)
+def test_copies_run_on_idle_nodes_yield_to_a_launch_and_the_task_finishes_once(tmp_path,
+                                                                             amqp_url):
+    """Over real HTTP, with [policies.redundancy] srpt+r: a running task gets copies on the
+    idle nodes (its progress asked for through the worker's batch endpoint), which the GM
+    sees free; a launch onto a copy's node stops that copy at the worker; the first attempt
+    to finish completes the task once, the others are cancelled at the worker and every
+    node is free again."""
+    config = tmp_path / "federation.toml"
+    config.write_text(CONFIG.read_text() + '\n[policies.redundancy]\npolicy = "srpt+r"\n'
+                      "max_copies = 0\n")
+    procs = Processes(tmp_path, amqp_url, config)
+    task = placement(unique_job(), N0, cpu_m=500, duration=2.0)
+    other = placement(unique_job(), N1, cpu_m=500, duration=0.3)
+
+    async def scenario() -> None:
+        async with FakeGM(procs) as gm:
+            await start_both(procs, gm)
+            assert reasons(await gm.launch([task])) == ["launched"]
+            await gm.event(task["attempt_id"], "started")
+            copies = await until(lambda: [e for e in procs.lines(LM)
+                                          if e["event"] == "copy_launched"], 5, "copies")
+            assert {e["node"] for e in copies} == set(TOPOLOGY.node_ids[1:])
+            state = (await gm.state())["snapshot"]
+            assert state["free_cpu"] == [CPU - 500] + [CPU] * (len(TOPOLOGY) - 1)
+            assert running_ids(state) == {task["attempt_id"]}
+            # a launch where a copy runs: accepted, the copy makes way
+            assert reasons(await gm.launch([other])) == ["launched"]
+            await gm.event(other["attempt_id"], "finished")
+            await gm.event(task["attempt_id"], "finished")
+            await asyncio.sleep(3 * TIMING.heartbeat_interval)
+            assert gm.kinds(task["attempt_id"]) == ["started", "finished"]
+            assert not [e for e in gm.events if "~" in e["attempt_id"]]  # copies: LM's own
+            state = (await gm.state())["snapshot"]
+            assert state["free_cpu"] == [CPU] * len(TOPOLOGY) and not running_ids(state)
+            async with httpx.AsyncClient() as client:
+                worker = (await client.get(procs.url(WORKER) + "/v1/state")).json()
+            assert not worker["running"] and not worker["queued"]
+
+    run(procs, scenario)
+    lm_lines, worker_lines = procs.lines(LM), procs.lines(WORKER)
+    cancelled = [e for e in lm_lines if e["event"] == "copy_cancelled"]
+    on_n1 = next(e["attempt"] for e in lm_lines
+                 if e["event"] == "copy_launched" and e["node"] == N1)
+    assert any(e["attempt"] == on_n1 and e["why"] == "node_taken" for e in cancelled)
+    [won] = [e for e in lm_lines
+             if e["event"] == "copy_won" and e["original"] == task["attempt_id"]]
+    assert won["checkpoints"] >= 1
+    stopped = {e["attempt"] for e in worker_lines if e["event"] == "task_cancelled"}
+    assert on_n1 in stopped and {e["attempt"] for e in cancelled} <= stopped
+    assert any(e["event"] == "task_checkpointed" and e["attempt"] == task["attempt_id"]
+               for e in worker_lines)
