@@ -34,6 +34,16 @@ becomes known. From these the `estimation` section (only when some job_done has 
 `predictor`): how far estimates are from the work (estimate / work), how often a wide job sat
 in its true queue, JCT by thin/wide x short/long (long: `true_level` >= 1), and the
 sampling ratios slearn chose. A log without these fields pays one dict lookup per job event.
+
+Redundant copies (docs/redundancy.md): an LM logs `copy_launched`, `copy_cancelled` (with its
+`why`), `copy_won` (one per task with copies that finished: the winner, `by_copy`, the task's
+`checkpoints`) and `copy_finished_late`; workers log `task_checkpointed` (a checkpoint's
+answer), `task_restored`, a copy's `task_started` with `copy_of`, and `own_work` (the work the
+attempt's own runs did) on `task_finished` and `task_cancelled`. From these the `redundancy`
+section (only when the log has a `copy_launched` or `copy_won`): copies launched and cancelled
+by reason, wins by copies and by originals, checkpoints per task, and the work wasted by the
+attempts that lost their race (every copy but a winner, and the originals a copy beat) next to
+the useful work (the `own_work` of the other finished attempts).
 """
 
 from __future__ import annotations
@@ -118,6 +128,9 @@ class _Attempt:
     lm_start: float | None = None  # when it took its resources at the LM
     lm_end: float | None = None
     queued: bool = False  # launched into its node's local queue: resources from its start
+    copy_of: str | None = None  # a redundant copy: its original attempt
+    own_work: float | None = None  # its worker's end line's `own_work`
+    finished: bool = False  # that line was task_finished (else task_cancelled)
 
 
 @dataclass(slots=True)
@@ -142,6 +155,15 @@ class _Estimated:
 
 
 @dataclass(slots=True)
+class _Races:
+    """The LMs' word on tasks with copies (the rest is per attempt, in `_Attempt`)."""
+    cancelled: Counter = field(default_factory=Counter)  # copy_cancelled by `why`
+    beaten: dict[str, str] = field(default_factory=dict)  # original -> the copy that won
+    wins_by_original: int = 0
+    checkpoints: list[int] = field(default_factory=list)  # each copy_won's
+
+
+@dataclass(slots=True)
 class RunAnalysis:
     name: str
     jobs: dict[str, _Job] = field(default_factory=lambda: defaultdict(_Job))
@@ -158,6 +180,7 @@ class RunAnalysis:
     sampling: dict[str, float] = field(default_factory=dict)  # job -> slearn's sampling ratio
     # node speed variability: each varied run's wall time over its nominal duration
     run_ratios: list[float] = field(default_factory=list)
+    races: _Races = field(default_factory=_Races)
 
     def feed(self, event: dict) -> None:
         handler = _HANDLERS.get(event["event"])
@@ -180,7 +203,8 @@ class RunAnalysis:
             "counts": self._counts(),
             "fairness": self._fairness(),
         } | ({"estimation": self._estimation()} if self.estimated else {}) | (
-            {"variability": summary(self.run_ratios)} if self.run_ratios else {})
+            {"variability": summary(self.run_ratios)} if self.run_ratios else {}) | (
+            {"redundancy": self._redundancy()} if self._had_copies() else {})
 
     def _first_starts(self) -> dict[str, _Attempt]:
         first: dict[str, _Attempt] = {}
@@ -236,7 +260,8 @@ class RunAnalysis:
         for name in ("launches", "launches_queued", "launches_refused", "repartitions",
                      "preemption_attempts", "preemptions", "preemptions_refused",
                      "suspensions", "resumes", "requeues", "tasks_lost", "tasks_failed",
-                     "nodes_down", "events_missing_fields"):
+                     "nodes_down", "copies_launched", "copies_cancelled",
+                     "events_missing_fields"):
             counts[name] = self.counts.get(name, 0)
         counts["launches_refused_by_reason"] = dict(self.refusals.most_common())
         counts["requeues_by_reason"] = dict(self.requeues.most_common())
@@ -314,6 +339,57 @@ class RunAnalysis:
             "estimation_delay": summary(delays),
             **self._sampling_ratios(),
         }
+
+    def _had_copies(self) -> bool:
+        """Any copy_launched or copy_won line (each copy_won adds its checkpoints)."""
+        return bool(self.counts["copies_launched"] or self.races.checkpoints)
+
+    def _redundancy(self) -> dict:
+        races = self.races
+        wins_by_copy = len(races.beaten)
+        wins = wins_by_copy + races.wins_by_original
+        originals = {a.copy_of for a in self.attempts.values() if a.copy_of is not None}
+        useful, wasted_copies, wasted_originals = self._work_by_outcome()
+        wasted = wasted_copies + wasted_originals
+        return {
+            "copies_launched": self.counts["copies_launched"],
+            "copies_cancelled": self.counts["copies_cancelled"],
+            "cancelled_by_why": dict(races.cancelled.most_common()),
+            "tasks_with_copies": len(originals),
+            "tasks_won": wins,
+            "wins_by_copy": wins_by_copy,
+            "wins_by_original": races.wins_by_original,
+            "wins_by_copy_share": wins_by_copy / wins if wins else None,
+            "checkpoints_per_task": _mean_p50(races.checkpoints) | (
+                {"max": max(races.checkpoints)} if races.checkpoints else {}),
+            "checkpoint_answers": self.counts["checkpoint_answers"],
+            "restores": self.counts["restores"],
+            "late_finishes": self.counts["copies_finished_late"],
+            "useful_work": useful,
+            "wasted_work": wasted,
+            "wasted_work_by": {"copies": wasted_copies, "originals": wasted_originals},
+            "wasted_work_share": wasted / useful if useful > 0 else None,
+        }
+
+    def _work_by_outcome(self) -> tuple[float, float, float]:
+        """(useful, wasted by copies, wasted by originals) work-seconds, from the workers'
+        `own_work`. An attempt lost its race if it is a copy that did not win (cancelled, or
+        finished after its cancel) or an original a copy beat (stopped, or finished on its
+        worker after the copy's win); its work is wasted whichever line ended it. The work of
+        every other finished attempt is useful; other cancels (by a GM, say) are neither."""
+        beaten, winners = self.races.beaten, set(self.races.beaten.values())
+        useful = wasted_copies = wasted_originals = 0.0
+        for attempt_id, attempt in self.attempts.items():
+            work = attempt.own_work
+            if work is None:
+                continue
+            if attempt.copy_of is not None and attempt_id not in winners:
+                wasted_copies += work
+            elif attempt_id in beaten:
+                wasted_originals += work
+            elif attempt.finished:
+                useful += work
+        return useful, wasted_copies, wasted_originals
 
     def _sampling_ratios(self) -> dict:
         arrivals = [job.arrival for job in self.jobs.values() if job.arrival is not None]
@@ -453,19 +529,29 @@ def _started(run: RunAnalysis, e: dict) -> None:
     attempt.started = e["ts"]
     if attempt.received is None:  # started at once: received and started by one event
         attempt.received, attempt.received_h = e["ts"], float(e.get("handle_s", 0.0))
-    job = run.jobs[e["job"]]
-    duration = float(e.get("duration") or 0.0)
+    copy_of = e.get("copy_of")
+    if copy_of is not None:
+        attempt.copy_of = copy_of
+    # a copy (or a run from a checkpoint) does only the work left: that is its nominal time
+    duration = float(e.get("duration") or 0.0) - float(e.get("start_work") or 0.0)
     run_for = e.get("run_for")  # on a node whose speed varies: how long the run lasts
     if run_for is not None and duration > 0:
         run.run_ratios.append(float(run_for) / duration)
         duration = float(run_for)
-    job.longest_task = max(job.longest_task, duration)
+    if copy_of is None:  # a copy's run does not make its job longer: it only hedges
+        job = run.jobs[e["job"]]
+        job.longest_task = max(job.longest_task, duration)
 
 
 def _lm_end(run: RunAnalysis, e: dict) -> None:
     # task_finished and task_failed are logged by the worker too (with a `worker` field); the
     # LM's are the truth that shares and counts are taken from
     if "worker" in e:
+        own_work = e.get("own_work")  # the worker's measure of the work the attempt did
+        if own_work is not None:
+            attempt = run.attempts[e["attempt"]]
+            attempt.own_work = float(own_work)
+            attempt.finished = e["event"] == "task_finished"
         return
     run.attempts[e["attempt"]].lm_end = e["ts"]
     counter = {"task_lost": "tasks_lost", "task_failed": "tasks_failed",
@@ -488,6 +574,38 @@ def _refused(run: RunAnalysis, e: dict) -> None:
 def _requeued(run: RunAnalysis, e: dict) -> None:
     run.counts["requeues"] += 1
     run.requeues[e.get("reason", "?")] += 1
+
+
+# The copy handlers read every field they need before they count: a line missing one is
+# counted in events_missing_fields only, not half taken.
+
+
+def _copy_launched(run: RunAnalysis, e: dict) -> None:
+    attempt_id, original = e["attempt"], e["original"]
+    run.counts["copies_launched"] += 1
+    run.attempts[attempt_id].copy_of = original
+
+
+def _copy_cancelled(run: RunAnalysis, e: dict) -> None:
+    attempt_id, original = e["attempt"], e["original"]
+    run.counts["copies_cancelled"] += 1
+    run.races.cancelled[e.get("why", "?")] += 1
+    run.attempts[attempt_id].copy_of = original
+
+
+def _copy_won(run: RunAnalysis, e: dict) -> None:
+    original, winner, checkpoints = e["original"], e["winner"], int(e["checkpoints"])
+    if e["by_copy"]:
+        run.races.beaten[original] = winner
+    else:
+        run.races.wins_by_original += 1
+    run.races.checkpoints.append(checkpoints)  # one per copy_won: the section's presence too
+
+
+def _copy_finished_late(run: RunAnalysis, e: dict) -> None:
+    run.counts["copies_finished_late"] += 1
+    if e.get("original") is not None:  # else the worker's start of the copy names it
+        run.attempts[e["attempt"]].copy_of = e["original"]
 
 
 def _gm_starting(run: RunAnalysis, e: dict) -> None:
@@ -519,5 +637,11 @@ _HANDLERS = {
     "task_suspended": _counter("suspensions"),
     "gm_starting": _gm_starting,
     "lm_started": _lm_started,
+    "copy_launched": _copy_launched,
+    "copy_cancelled": _copy_cancelled,
+    "copy_won": _copy_won,
+    "copy_finished_late": _copy_finished_late,
+    "task_checkpointed": _counter("checkpoint_answers"),
+    "task_restored": _counter("restores"),
     **dict.fromkeys(LM_ENDS, _lm_end),
 }

@@ -8,6 +8,10 @@ also gives each run's estimation error (p50 of estimate / work) and share of wid
 true queue, and, if one run is the reference `slearn` (the run named so, else the one run
 whose predictor is slearn), each run's mean and p50 JCT divided by the reference's: above 1,
 slearn is the faster.
+
+When a run has redundant copies (a `redundancy` section), the table also gives each run's
+copies launched, share of its tasks with copies won by a copy, and wasted work over useful
+work; a run without copies shows none of them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,13 @@ FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("preemptions", ("counts", "preemptions")),
     ("requeues", ("counts", "requeues")),
     ("tasks lost", ("counts", "tasks_lost")),
+)
+
+# (label, path): the redundancy figures, shown when some run has a redundancy section
+REDUNDANCY_FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("copies launched", ("redundancy", "copies_launched")),
+    ("wins by copy share", ("redundancy", "wins_by_copy_share")),
+    ("wasted work share", ("redundancy", "wasted_work_share")),
 )
 
 REFERENCE = "slearn"
@@ -67,22 +78,27 @@ def reference_run(reports: list[dict]) -> int | None:
     return by_predictor[0] if len(by_predictor) == 1 else None
 
 
+def _rows(figures: tuple[tuple[str, tuple[str, ...]], ...], reports: list[dict]) -> list[dict]:
+    rows = []
+    for label, path in figures:
+        values = [_get(report, path) for report in reports]
+        rows.append({"figure": label, "values": values, "ratios": _ratios(values, values[0])})
+    return rows
+
+
 def compare(reports: list[dict]) -> dict:
     """{"runs": names, "rows": [{"figure", "values", "ratios"}]} (ratios to the first run;
     None where the baseline is 0 or a figure is missing). With estimation, also
     "reference": the run the `/ slearn` rows divide by, or None; their `values` are the
     ratios themselves (`"kind": "ratio"`) and their `ratios` are None (the label, as
     `JCT mean / slearn`, names the reference run)."""
-    rows = []
-    for label, path in FIGURES:
-        values = [_get(report, path) for report in reports]
-        rows.append({"figure": label, "values": values, "ratios": _ratios(values, values[0])})
+    rows = _rows(FIGURES, reports)
     result = {"runs": [report["name"] for report in reports], "rows": rows}
+    if any("redundancy" in report for report in reports):
+        rows += _rows(REDUNDANCY_FIGURES, reports)
     if not any("estimation" in report for report in reports):
         return result
-    for label, path in ESTIMATION_FIGURES:
-        values = [_get(report, path) for report in reports]
-        rows.append({"figure": label, "values": values, "ratios": _ratios(values, values[0])})
+    rows += _rows(ESTIMATION_FIGURES, reports)
     reference = reference_run(reports)
     result["reference"] = None if reference is None else reports[reference]["name"]
     if reference is not None:

@@ -20,6 +20,7 @@ from inspection.terminal import (
     comparison_cells,
     estimation_lines,
     jct_bin_rows,
+    redundancy_lines,
 )
 
 _STATS = ("count", "mean", "p50", "p90", "p99", "p99.9", "max")
@@ -45,6 +46,10 @@ PLOT_TEXT = {
                                  "time, per run",
                                  "Sampling ratio over time: the share of a wide job's tasks "
                                  "slearn ran first as pilots, by the job's arrival."),
+    "copies_cancelled": ("Bars of the redundant copies cancelled, by reason, per run",
+                         "Redundant copies cancelled, by reason: sibling won (another attempt "
+                         "of the task finished first), original ended, node taken (a GM's "
+                         "task needed the node), reallocated, node down, lost, worker ended."),
 }
 
 _CSS = """
@@ -162,6 +167,18 @@ def _estimation_section(run: dict, rid: str) -> str:
                      jct_bin_rows(estimation)))
 
 
+def _redundancy_section(run: dict, rid: str) -> str:
+    if "redundancy" not in run:
+        return ""
+    redundancy = run["redundancy"]
+    lines = "".join(f"<li>{html.escape(line)}</li>" for line in redundancy_lines(redundancy))
+    rows = [[why.replace("_", " "), str(count)]
+            for why, count in redundancy["cancelled_by_why"].items()]
+    return (f'<h3 id="redundancy-{html.escape(rid)}">Redundant copies</h3>\n<ul>{lines}</ul>\n'
+            + (_table(f"copies-cancelled-{rid}", "copies cancelled by reason",
+                      ["reason", "copies"], rows) if rows else ""))
+
+
 def _run_section(run: dict, rid: str) -> str:
     allocation, jct = run["allocation"], run["jct"]
     parts = [
@@ -183,6 +200,7 @@ def _run_section(run: dict, rid: str) -> str:
         _counts_table(run, rid),
         _fairness_table(run, rid),
         _estimation_section(run, rid),
+        _redundancy_section(run, rid),
         "</section>",
     ]
     return "\n".join(part for part in parts if part)

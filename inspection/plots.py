@@ -1,6 +1,7 @@
 """The report as PNG plots: CDFs of allocation time and JCT, each user queue's share over time,
 and where allocation time goes; with job-size estimation, the CDF of estimate / work and the
-sampling ratios slearn chose over time; every run overlaid where that reads well.
+sampling ratios slearn chose over time; with redundant copies, the copies cancelled by
+reason; every run overlaid where that reads well.
 
 Figures are drawn on matplotlib's Agg canvas directly, without pyplot: nothing global (the
 backend, the list of open figures) changes, so `megha inspect` can run beside anything.
@@ -172,6 +173,34 @@ def sampling_ratio_over_time(runs: list[dict]) -> Figure | None:
     return figure
 
 
+def copies_cancelled(runs: list[dict]) -> Figure | None:
+    """Grouped bars: a group per reason a copy was cancelled, a bar per run with copies."""
+    shown = [(i, run) for i, run in enumerate(runs)
+             if run.get("redundancy", {}).get("cancelled_by_why")]
+    if not shown:
+        return None
+    # reasons in the order of their total over the runs: the common ones on the left
+    totals: dict[str, int] = {}
+    for _, run in shown:
+        for why, count in run["redundancy"]["cancelled_by_why"].items():
+            totals[why] = totals.get(why, 0) + count
+    reasons = sorted(totals, key=lambda why: -totals[why])
+    figure = new_figure((max(7.0, 2.0 + 1.2 * len(reasons)), WIDE[1]))
+    axes = figure.add_subplot()
+    width = 0.8 / len(shown)
+    for slot, (index, run) in enumerate(shown):
+        counts = [run["redundancy"]["cancelled_by_why"].get(why, 0) for why in reasons]
+        axes.bar([x + (slot - (len(shown) - 1) / 2) * width for x in range(len(reasons))],
+                 counts, width=width, color=run_style(index)["color"], label=run["name"])
+    axes.set_xticks(range(len(reasons)), [why.replace("_", " ") for why in reasons])
+    axes.set_title("Redundant copies cancelled, by reason")
+    axes.set_xlabel("reason")
+    axes.set_ylabel("copies cancelled")
+    axes.grid(True, axis="y", alpha=0.3)
+    axes.legend(title="run", loc="upper right")
+    return figure
+
+
 PLOTS: dict[str, Callable[[list[dict]], Figure | None]] = {
     "allocation_cdf": allocation_cdf,
     "jct_cdf": jct_cdf,
@@ -179,6 +208,7 @@ PLOTS: dict[str, Callable[[list[dict]], Figure | None]] = {
     "delay_breakdown": delay_breakdown,
     "estimation_error_cdf": estimation_error_cdf,
     "sampling_ratio_over_time": sampling_ratio_over_time,
+    "copies_cancelled": copies_cancelled,
 }
 
 

@@ -91,6 +91,47 @@ def render_estimation(console: Console, estimation: dict) -> None:
     console.print(table)
 
 
+def _work(value: float) -> str:
+    return f"{value:.1f} s"
+
+
+def redundancy_lines(redundancy: dict) -> list[str]:
+    """The redundant copies block's sentences (the terminal's and the HTML report's); work in
+    work-seconds, the seconds a task takes at its nominal speed."""
+    cancelled = ", ".join(f"{why.replace('_', ' ')} {count}"
+                          for why, count in redundancy["cancelled_by_why"].items())
+    lines = [f"{redundancy['copies_launched']} copies launched for "
+             f"{redundancy['tasks_with_copies']} tasks; {redundancy['copies_cancelled']} "
+             f"cancelled" + (f": {cancelled}" if cancelled else "")]
+    if redundancy["tasks_won"]:
+        lines.append(f"{redundancy['tasks_won']} tasks with copies finished: "
+                     f"{redundancy['wins_by_copy']} won by a copy "
+                     f"({redundancy['wins_by_copy_share']:.1%}), "
+                     f"{redundancy['wins_by_original']} by the original")
+    checkpoints = redundancy["checkpoints_per_task"]
+    if checkpoints["count"]:
+        lines.append(f"checkpoints per task: mean {checkpoints['mean']:.2f}, p50 "
+                     f"{checkpoints['p50']:g}, max {checkpoints['max']}; "
+                     f"{redundancy['checkpoint_answers']} checkpoint answers, "
+                     f"{redundancy['restores']} restores")
+    if redundancy["late_finishes"]:
+        lines.append(f"copies that finished after their cancel: {redundancy['late_finishes']}")
+    by = redundancy["wasted_work_by"]
+    share = redundancy["wasted_work_share"]
+    # wasted: the work of the attempts that lost their race (analysis._work_by_outcome)
+    lines.append(f"wasted work {_work(redundancy['wasted_work'])} (copies "
+                 f"{_work(by['copies'])}, beaten originals {_work(by['originals'])})"
+                 + ("" if share is None else f", {share:.1%} of the useful "
+                                             f"{_work(redundancy['useful_work'])}"))
+    return lines
+
+
+def render_redundancy(console: Console, redundancy: dict) -> None:
+    console.print("[bold]Redundant copies[/bold]")
+    for line in redundancy_lines(redundancy):
+        console.print(f"  {line}", highlight=False)
+
+
 def render_run(console: Console, run: dict, read: dict) -> None:
     policies = ", ".join(f"{k} {v}" for k, v in run["policies"].items()) or "not logged"
     console.rule(f"[bold]{run['name']}[/bold]")
@@ -153,6 +194,8 @@ def render_run(console: Console, run: dict, read: dict) -> None:
         console.print(table)
     if "estimation" in run:
         render_estimation(console, run["estimation"])
+    if "redundancy" in run:
+        render_redundancy(console, run["redundancy"])
 
 
 def comparison_cells(row: dict) -> list[str]:
