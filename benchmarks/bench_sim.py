@@ -14,7 +14,10 @@ checks on, as a user runs it. The cases:
 - `saturated_queued`: the saturated case with local queues two deep (`--queue-depth 2`):
   tasks also wait at the workers, in SRPT order, and snapshots list the queued attempts;
 - `growth_small`, `growth_large`: the saturated case at 300 and 1,200 jobs (`--growth`), to
-  see whether the cost per task grows with the backlog.
+  see whether the cost per task grows with the backlog;
+- `varied`, `copies`: the first 600 jobs at `--target-load 0.6`, where nodes sit idle, with
+  nodes' speeds varying (`--variability two-state`), without and with redundant copies on
+  the idle nodes (`--redundancy srpt+r`): what copies, checkpoints and restores cost.
 
 Figures, one `name=value` line each:
 
@@ -27,6 +30,7 @@ Figures, one `name=value` line each:
     sim_saturated_over_unsaturated=...  target >= 0.5
     sim_cost_growth=...               wall per task at 1,200 jobs / at 300; target <= 1.5
     sim_queued_over_saturated=...     tasks/s with local queues / without, saturated
+    sim_copies_over_varied=...        tasks/s with redundant copies / without, load 0.6
 
 Targets on a 2-core machine: the whole trace at 10,000 nodes <= 10 s, at 50,000 nodes, 10 GMs
 and 50 LMs <= 25 s; the saturated 600-job case <= 5 s.
@@ -44,8 +48,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SATURATED = ["--target-load", "1.2"]
-CASES = ("growth_small", "saturated", "saturated_queued", "growth_large",
+CASES = ("growth_small", "varied", "copies", "saturated", "saturated_queued", "growth_large",
          "unsaturated")  # smallest first
+VARIED = ["--target-load", "0.6", "--variability", "two-state"]
 
 
 def case_arguments(name: str, args: argparse.Namespace) -> list[str]:
@@ -54,6 +59,9 @@ def case_arguments(name: str, args: argparse.Namespace) -> list[str]:
             "growth_small": small, "growth_large": large}
     if name == "unsaturated":
         return []
+    if name in ("varied", "copies"):
+        copies = ["--redundancy", "srpt+r"] if name == "copies" else []
+        return ["--jobs", str(args.saturated_jobs), *VARIED, *copies]
     queues = ["--queue-depth", "2"] if name == "saturated_queued" else []
     return ["--jobs", str(jobs[name]), *SATURATED, *queues]
 
@@ -115,6 +123,8 @@ def main() -> None:
         print(f"sim_saturated_over_unsaturated={rate['saturated'] / rate['unsaturated']:.2f}")
     if "saturated" in rate and "saturated_queued" in rate:
         print(f"sim_queued_over_saturated={rate['saturated_queued'] / rate['saturated']:.2f}")
+    if "varied" in rate and "copies" in rate:
+        print(f"sim_copies_over_varied={rate['copies'] / rate['varied']:.2f}")
     if "growth_small" in rate and "growth_large" in rate:
         print(f"sim_cost_growth={rate['growth_small'] / rate['growth_large']:.2f}")
 

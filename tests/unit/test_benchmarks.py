@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
                       str(ROOT / "deploy" / "workloads" / "YH_small.tr"),
                       "--saturated-jobs", "20", "--growth", "10,40"],
      ["sim_tasks_per_s_unsaturated", "sim_tasks_per_s_saturated",
-      "sim_saturated_over_unsaturated", "sim_cost_growth", "sim_queued_over_saturated"]),
+      "sim_saturated_over_unsaturated", "sim_cost_growth", "sim_queued_over_saturated",
+      "sim_copies_over_varied"]),
 ])
 def test_a_benchmark_prints_its_figures(script, args, names):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],

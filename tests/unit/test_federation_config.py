@@ -480,3 +480,27 @@ def test_the_slearn_testbed_file_is_the_testbed_file_but_for_its_job_policy() ->
     differing = [(a.split("#")[0].strip(), b.split("#")[0].strip())
                  for a, b in zip(plain, slearn, strict=True) if a != b]
     assert differing == [('job = "fifo"', 'job = "slearn"')]
+
+
+def test_the_redundancy_testbed_file_is_the_testbed_file_with_copies_and_variability() -> None:
+    root = Path(__file__).resolve().parents[2] / "deploy"
+    plain = (root / "federation.toml").read_text().splitlines()
+    header, *redundancy = (root / "federation-redundancy.toml").read_text().splitlines()
+    assert header.startswith("# federation.toml with machine variability and redundant")
+    assert redundancy[:len(plain)] == plain
+    federation = load_federation("\n".join(redundancy))
+    assert federation.policies.redundancy.policy == "srpt+r"
+    assert federation.variability.model == "two-state"
+    assert federation.lm_options()["redundancy"] == "srpt+r"
+
+
+def test_redundancy_options_are_checked_naming_the_key() -> None:
+    root = Path(__file__).resolve().parents[2] / "deploy"
+    text = (root / "federation-small.toml").read_text()
+    for table, key in (('policy = "srpt"', "policies.redundancy.policy"),
+                       ("beta = 0", "policies.redundancy.beta"),
+                       ("max_copies = -1", "policies.redundancy.max_copies"),
+                       ("copies = 2", "policies.redundancy.copies")):
+        with pytest.raises(InvalidInput) as error:
+            load_federation(text + f"\n[policies.redundancy]\n{table}\n")
+        assert error.value.field == key, (table, error.value)
