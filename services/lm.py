@@ -301,7 +301,8 @@ class LMService:
         """A checkpoint request or a restore for a redundant copy's task: best effort (a
         lost one leaves a copy behind its best, nothing worse)."""
         if not self.worker_outboxes[command.worker].offer(command):
-            self.worker_calls_failed.labels(type(command).__name__).inc()
+            call = "checkpoint" if isinstance(command, CheckpointOnWorker) else "restore"
+            self.worker_calls_failed.labels(call).inc()
 
     async def _send_to_worker(self, worker: str, batch: Sequence[
             StartOnWorker | StopOnWorker | CheckpointOnWorker | RestoreOnWorker]) -> None:
