@@ -484,9 +484,11 @@ class LocalMaster:
         """A worker lists a copy: known, or cancelled with the stop on its way, or unknown
         (of an earlier incarnation of this LM): then stopped."""
         copies = self._copies
-        if copies is not None and (copies.acknowledge(item.attempt_id)
-                                   or copies.was_cancelled(item.attempt_id)):
+        if copies is not None and copies.acknowledge(item.attempt_id):
             return
+        cancelled = None if copies is None else copies.cancelled_since(item.attempt_id)
+        if cancelled is not None and step.now - cancelled <= self.worker_timeout:
+            return  # its stop is on the way; past that, it was lost: stopped again
         step.emit(StopOnWorker(worker, item.attempt_id, Reason.CANCELLED))
         step.emit(Log("attempt_stopped_on_worker", self._fields(item)))
 

@@ -92,8 +92,9 @@ class CopyBook:
         self.copies: dict[str, Copy] = {}
         self.groups: dict[str, Group] = {}
         self.on_node: dict[int, str] = {}
-        # copy id -> its original, for copies cancelled whose worker's report may still come
-        self._cancelled: OrderedDict[str, str] = OrderedDict()
+        # copy id -> (its original, when cancelled), for copies whose worker's report, or its
+        # stop, may still be on the way
+        self._cancelled: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._launches = 0
         self.dirty = False
 
@@ -131,7 +132,7 @@ class CopyBook:
         as finished), or None for a copy already cancelled (a late end)."""
         copy = self.copies.get(copy_id)
         if copy is None:
-            original = self._cancelled.pop(copy_id, None)
+            original, _ = self._cancelled.pop(copy_id, (None, None))
             step.emit(Log("copy_finished_late", {"attempt": copy_id, "original": original,
                                                  "lm": self.topology.lm}))
             return None
@@ -157,7 +158,7 @@ class CopyBook:
                                                          detail=detail)))
             self.dirty = True
             return
-        original = self._cancelled.pop(copy_id, None)
+        original, _ = self._cancelled.pop(copy_id, (None, None))
         if original is not None and work is not None:
             self.progress(step, original, copy_id, work)
 
@@ -193,6 +194,11 @@ class CopyBook:
 
     def was_cancelled(self, attempt_id: str) -> bool:
         return attempt_id in self._cancelled
+
+    def cancelled_since(self, attempt_id: str) -> float | None:
+        """When the LM cancelled this copy, if it remembers doing so."""
+        entry = self._cancelled.get(attempt_id)
+        return None if entry is None else entry[1]
 
     def node_taken(self, step: Step, i: int) -> None:
         """A GM's attempt is about to start on node i: its copy, if any, makes way first."""
@@ -241,7 +247,8 @@ class CopyBook:
         for i, copy_id in list(self.on_node.items()):
             if not self.idle[i]:  # a node down, a GM's task there, the LM not taking work
                 copy = self.copies[copy_id]
-                why = "node_taken" if self.state.up[i] else "node_down"
+                why = ("node_down" if not self.state.up[i] else
+                       "node_taken" if accepting else "reallocated")
                 self._cancel(step, self.groups[copy.placement.copy_of], copy_id, why)
         plan = (wanted_copies(self.policy, self.candidates, self.idle.count(), self.max_copies)
                 if accepting else {})
@@ -302,7 +309,7 @@ class CopyBook:
     def _cancel(self, step: Step, group: Group, copy_id: str, why: str) -> None:
         copy = self.copies[copy_id]
         self._drop(group, copy_id)
-        self._cancelled[copy_id] = group.original
+        self._cancelled[copy_id] = (group.original, step.now)
         if len(self._cancelled) > CANCELLED_MEMORY:
             self._cancelled.popitem(last=False)
         if why != "sibling_won" and why != "original_ended":

@@ -271,3 +271,15 @@ def test_no_order_of_reports_completes_a_task_twice_or_copies_past_the_idle_node
             published[task] = published.get(task, 0) + 1
             assert published[task] == 1, f"{task} finished twice"
         assert len(lm.copies.copies) <= lm.copies.idle.count()
+
+
+def test_a_cancelled_copy_still_listed_is_stopped_again_once_its_stop_should_have_come() -> None:
+    lm = copying_lm(worker_timeout=3.0)
+    started(lm, "a#1", "n0")
+    copy = lm.copies.copies[copy_on(lm, "n1")].placement
+    launch(lm, item("b#1", "n1"), now=1.0)  # the copy is cancelled for b
+    listing = (item("a#1", "n0"), item("b#1", "n1"), copy)
+    soon = handle(lm, WorkerHeartbeat("h", "w1", listing), 2.0)
+    assert not [c for c in of(soon, StopOnWorker) if c.attempt_id == copy.attempt_id]
+    late = handle(lm, WorkerHeartbeat("h", "w1", listing), 4.5)  # the stop was lost
+    assert StopOnWorker("w1", copy.attempt_id, Reason.CANCELLED) in late
