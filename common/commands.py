@@ -47,6 +47,16 @@ class SendCancel:
 
 
 @dataclass(slots=True)
+class SendReprioritize:
+    """The job's priority changed enough to re-key its tasks at this LM's workers
+    (common/reprioritize.py)."""
+
+    lm: str
+    job_id: str
+    priority: float
+
+
+@dataclass(slots=True)
 class JobEnded:
     """A job reached DONE or FAILED: the driver may drop its durable record."""
 
@@ -99,6 +109,15 @@ class RestoreOnWorker:
 
 
 @dataclass(slots=True)
+class ReprioritizeOnWorker:
+    """The job's attempts on this worker take this priority (its queued ones are re-keyed)."""
+
+    worker: str
+    job_id: str
+    priority: float
+
+
+@dataclass(slots=True)
 class PublishTaskEvent:
     gm: str
     event: TaskEvent
@@ -144,12 +163,14 @@ Command = (
     | SendLaunch
     | SendPreempt
     | SendCancel
+    | SendReprioritize
     | JobEnded
     | ReplyToGM
     | StartOnWorker
     | StopOnWorker
     | CheckpointOnWorker
     | RestoreOnWorker
+    | ReprioritizeOnWorker
     | PublishTaskEvent
     | PublishHeartbeat
     | RunTask

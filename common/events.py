@@ -121,6 +121,16 @@ class CancelRequested:
 
 
 @dataclass(slots=True)
+class ReprioritizeRequested:
+    """The GM's job has a new priority: its attempts here take it, at their workers too."""
+
+    stimulus_id: str
+    gm: str
+    job_id: str
+    priority: float
+
+
+@dataclass(slots=True)
 class TaskEventBacklog:
     """The driver's outbox of task events filled up (`full`) or drained again."""
 
@@ -260,6 +270,7 @@ Event = (
     | LaunchRequested
     | PreemptRequested
     | CancelRequested
+    | ReprioritizeRequested
     | WorkerTaskStarted
     | WorkerTaskFinished
     | WorkerTaskFailed

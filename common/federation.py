@@ -659,6 +659,8 @@ class Federation:
             num_constraints=self.num_constraints,
             epoch=epoch,
             lm_window=self.limits.lm_requests_in_flight,
+            reprioritize=(policies.local_queues.depth > 0
+                          or policies.redundancy.policy != "none"),
             # Each GM its own stream (pilot choices), still fixed by the file's seed.
             seed=derived_seed(self.seed, "gm", gm_id),
         )

@@ -14,7 +14,8 @@ cancelled, so a request whose answer was lost (`LMRequestFailed`) can be retried
 attempt id without ever counting a task twice.
 
 Here: the protocol (which event does what) and the job and task lifecycle. Beside it, each with
-its own state: `attempts.py`, `pending.py`, `placer.py`, `blocked.py`, `view.py`, `dispatch.py`.
+its own state: `attempts.py`, `pending.py`, `placer.py`, `blocked.py`, `view.py`, `dispatch.py`,
+`reprioritize.py`.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from common.policies.fairness import FAIRNESS_POLICIES
 from common.policies.job import JOB_POLICIES, JobProgress
 from common.policies.placement import PLACEMENT_POLICIES
 from common.reasons import Reason
+from common.reprioritize import PriorityUpdates
 from common.step import Step
 from common.story import TransitionLog
 from common.usage import PendingPreemption
@@ -101,6 +103,8 @@ class GlobalMaster:
         self._attempts = AttemptBook(self.gm, config.epoch)
         self._requests = RequestWindow(self.gm, config.epoch, config.lm_window)  # per-LM batches
         self._backlog = Backlog(self.policy)  # waiting tasks, and the demands that fit nowhere
+        # where each job's tasks are launched, to tell those LMs when its priority changes
+        self._priorities = PriorityUpdates(self.gm, self.policy, config.reprioritize)
         self._job_seq = 0  # arrival order, for the job policy
         self.waiting = 0  # pending and held tasks: the backlog a GM bounds (see services)
         self.counters: Counter[str] = Counter()  # the service's /metrics
@@ -420,6 +424,7 @@ class GlobalMaster:
             self._end_job(job, step)
         else:
             self._backlog.refile(job)
+            self._priorities.check(job, step)
 
     def _release_held(self, job: JobRecord, step: Step) -> None:
         """The job's pilots are measured: its size is estimated, its held tasks pending."""
@@ -429,6 +434,7 @@ class GlobalMaster:
         for held in self._backlog.release_held(job):
             self._move(held, TaskState.PENDING, Reason.NO_CAPACITY, step, "pilots measured")
             self._backlog.add(held)
+        self._priorities.check(job, step)
 
     # -- moving tasks and jobs -------------------------------------------------------------------
 
@@ -457,7 +463,9 @@ class GlobalMaster:
         if new in LAUNCHED_STATES:
             if old not in LAUNCHED_STATES:
                 self._attempts.list_launched(task)
+                self._priorities.launched(task)
         elif old in LAUNCHED_STATES:
+            self._priorities.unlaunched(task)  # by where it was listed: before unlisting
             self._attempts.unlist(task)
 
     def _move_job(self, job: JobRecord, new: JobState, step: Step) -> None:
@@ -555,6 +563,7 @@ class GlobalMaster:
         self._backlog.validate_index(self.gm)
         self._backlog.validate_shares(self.gm, self.jobs.values())
         self.placer.estimate.validate(self.gm)
+        self._priorities.validate(self.jobs.values())
         if waiting != self.waiting:
             raise InvariantViolated(f"{self.gm}: counts {self.waiting} waiting tasks, "
                                     f"has {waiting}")

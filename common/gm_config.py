@@ -29,3 +29,6 @@ class GMConfig:
     seed: int = 0
     # requests in flight to one LM: placements made meanwhile join the next batch
     lm_window: int = 1
+    # tell LMs when a job's priority changes (common/reprioritize.py): only where workers
+    # order by it, a federation with local queues or redundant copies
+    reprioritize: bool = False

@@ -45,10 +45,15 @@ class TaskRecord:
     missing_since: float | None = None  # first heartbeat that no longer listed it
     listed: tuple[str, str] | None = None  # (lm, attempt) under which the attempt book lists it
     seq: int = 0  # its place in its job's waiting queue (`common/job_queue.py`)
+    # the job's priority its last placement carried (None: not sent by this incarnation):
+    # what its worker keys it by until a reprioritization (`common/reprioritize.py`)
+    priority: float | None = None
 
     def placement(self, attempt_id: str, gm: str, priority: float) -> Placement:
-        """What the LM and worker are told of one attempt of this task."""
+        """What the LM and worker are told of one attempt of this task (the priority it
+        carries is noted)."""
         progress = self.job.progress
+        self.priority = priority
         return Placement(attempt_id, self.spec, self.node or "", gm, self.job.spec.user,
                          priority, progress.sampling and self.index in progress.pilots)
 

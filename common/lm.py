@@ -12,7 +12,9 @@ policy, are its `CopyBook` (`common/lm_copies.py`, docs/redundancy.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import replace
 
 from bitarray import bitarray, frozenbitarray
 
@@ -23,6 +25,7 @@ from common.commands import (
     PublishHeartbeat,
     PublishTaskEvent,
     ReplyToGM,
+    ReprioritizeOnWorker,
     StartOnWorker,
     StopOnWorker,
 )
@@ -32,6 +35,7 @@ from common.events import (
     DispatchFailed,
     LaunchRequested,
     PreemptRequested,
+    ReprioritizeRequested,
     TaskEventBacklog,
     Tick,
     WorkerHeartbeat,
@@ -77,6 +81,10 @@ class LocalMaster:
     `redundancy` ([policies.redundancy] policy, with `redundancy_beta` and `max_copies`)
     gives running tasks redundant copies on idle nodes (docs/redundancy.md); "none" runs
     none and costs nothing.
+
+    With either, a GM's `ReprioritizeRequested` re-keys its job's attempts here and at their
+    workers (docs/local-queues.md, Estimates that change); without both, there is no order
+    to correct and the request is ignored.
     """
 
     def __init__(
@@ -120,7 +128,8 @@ class LocalMaster:
         # queued attempts whose start was reported before the end that made room for them
         # (reports of one worker may reorder on the way): they take it when it comes
         self._awaiting_room: dict[int, list[RunningAttempt]] = {}
-        self._attempts = LMAttemptBook(self.lm, self.log, ended_memory)
+        self._attempts = LMAttemptBook(self.lm, self.log, ended_memory,
+                                       by_job=queue_depth > 0 or redundancy != "none")
         COPY_POLICIES.get(redundancy)  # an unknown name is refused whether it copies or not
         self._copies = None if redundancy == "none" else CopyBook(
             topology, self.state, self._attempts.running, policy=redundancy,
@@ -142,6 +151,7 @@ class LocalMaster:
             LaunchRequested: self._on_launch,
             PreemptRequested: self._on_preempt,
             CancelRequested: self._on_cancel,
+            ReprioritizeRequested: self._on_reprioritize,
             WorkerTaskStarted: self._on_started,
             WorkerTaskFinished: self._on_finished,
             WorkerTaskFailed: self._on_failed,
@@ -306,6 +316,34 @@ class LocalMaster:
             step.emit(Log("cancel_ignored", {"attempt": event.attempt_id, "gm": event.gm}))
             return
         self._end(step, event.attempt_id, Reason.CANCELLED, publish=False)
+
+    def _on_reprioritize(self, event: ReprioritizeRequested, step: Step) -> None:
+        """The GM's job has a new priority: its attempts here take it (a copy candidate is
+        re-keyed), and each worker holding one of them is told once. A worker keys its queue
+        by finite priorities only: an infinite one stays in this LM's books."""
+        by_job = self._attempts.by_job
+        attempts = by_job.get(event.job_id) if by_job is not None else None
+        if not attempts:
+            return
+        priority, running = event.priority, self._attempts.running
+        workers: dict[str, None] = {}  # in the order of their attempts, each once
+        for attempt_id in attempts:
+            attempt = running[attempt_id]
+            placement = attempt.placement
+            if placement.gm != event.gm:
+                continue
+            workers[self.topology.workers[attempt.node_index]] = None
+            if placement.priority != priority:
+                # a new placement, not a mutated one: the simulator shares it among roles
+                attempt.placement = replace(placement, priority=priority)
+                if self._copies is not None:
+                    self._copies.reprioritized(attempt_id, priority)
+        if not workers:
+            step.emit(Log("reprioritize_ignored", {"job": event.job_id, "gm": event.gm,
+                                                   "lm": self.lm}))
+        elif math.isfinite(priority):
+            for worker in workers:
+                step.emit(ReprioritizeOnWorker(worker, event.job_id, priority))
 
     # -- reports from worker agents --------------------------------------------------------------
 

@@ -7,7 +7,8 @@ restarted LM adopts the attempts its workers still hold. Every move is checked a
 attempt preempted before it ever started reads `launched -> preempted`.
 
 The book also keeps the live attempts as heartbeats list them (and their ids by GM), beside
-the attempts themselves, so that a snapshot is one C-level copy.
+the attempts themselves, so that a snapshot is one C-level copy; and, for an LM that forwards
+reprioritizations (one with local queues or copies), the live attempts of each job.
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ class LMAttemptBook:
     Only `add`, `start` and `end` change it, each one checked transition recorded in `log`.
     """
 
-    def __init__(self, lm: str, log: TransitionLog, ended_memory: int) -> None:
+    def __init__(self, lm: str, log: TransitionLog, ended_memory: int,
+                 by_job: bool = False) -> None:
         self.lm = lm
         self.log = log
         self.running: dict[str, RunningAttempt] = {}
@@ -118,6 +120,9 @@ class LMAttemptBook:
         # how recent attempts ended: an id seen before is never run again, in flat memory
         self.ended: OrderedDict[str, AttemptState] = OrderedDict()
         self._ended_memory = ended_memory
+        # job id -> its live attempts' ids: who holds a reprioritized job, without a scan of
+        # every attempt; None where nothing asks (an LM without queues or copies)
+        self.by_job: dict[str, dict[str, None]] | None = {} if by_job else None
 
     def add(self, step: Step, attempt: RunningAttempt, detail: str) -> None:
         """Take on a new attempt in its first state (launched or adopted)."""
@@ -127,6 +132,8 @@ class LMAttemptBook:
         info = self.infos[attempt_id] = attempt.info()
         self.ids_by_gm.setdefault(info.gm, {})[attempt_id] = None
         self._id_tuples.pop(info.gm, None)
+        if self.by_job is not None:
+            self.by_job.setdefault(attempt.placement.task.job_id, {})[attempt_id] = None
 
     def start(self, step: Step, attempt: RunningAttempt) -> None:
         """Its worker reported the start."""
@@ -149,6 +156,12 @@ class LMAttemptBook:
         info = self.infos.pop(attempt_id)
         del self.ids_by_gm[info.gm][attempt_id]
         self._id_tuples.pop(info.gm, None)
+        if self.by_job is not None:
+            job_id = attempt.placement.task.job_id
+            of_job = self.by_job[job_id]
+            del of_job[attempt_id]
+            if not of_job:
+                del self.by_job[job_id]
         attempt.state = new
         self.ended[attempt_id] = new
         if len(self.ended) > self._ended_memory:
@@ -181,6 +194,12 @@ class LMAttemptBook:
             by_gm.setdefault(info.gm, set()).add(attempt_id)
         if by_gm != {gm: set(ids) for gm, ids in self.ids_by_gm.items() if ids}:
             raise InvariantViolated(f"{self.lm}: attempt ids by GM differ from running")
+        if self.by_job is not None:
+            by_job: dict[str, set[str]] = {}
+            for attempt_id, attempt in self.running.items():
+                by_job.setdefault(attempt.placement.task.job_id, set()).add(attempt_id)
+            if by_job != {job: set(ids) for job, ids in self.by_job.items()}:
+                raise InvariantViolated(f"{self.lm}: attempt ids by job differ from running")
         for attempt_id, attempt in self.running.items():
             if attempt_id in self.ended:
                 raise InvariantViolated(f"{self.lm}: {attempt_id} both running and ended")

@@ -107,6 +107,12 @@ class CopyBook:
             self.started_at.setdefault(placement.attempt_id, now)
             self.dirty = True
 
+    def reprioritized(self, attempt_id: str, priority: float) -> None:
+        """The original's job has a new priority (estimated remaining work): the policies
+        that favour the least of it may now favour another task."""
+        if self.candidates.rekey(attempt_id, priority):
+            self.dirty = True
+
     def original_stopped(self, step: Step, attempt_id: str, why: Reason | str) -> None:
         """The original ended (or left its node, suspended): its copies go with it; a finish
         names the winner in `copy_won`."""

@@ -47,20 +47,24 @@ from common.commands import (
     PublishTaskEvent,
     ReplyToGM,
     ReportToLM,
+    ReprioritizeOnWorker,
     RestoreOnWorker,
     RunTask,
     SendCancel,
     SendLaunch,
     SendPreempt,
+    SendReprioritize,
     StartOnWorker,
     StopOnWorker,
 )
 from common.events import (
     CancelRequested,
     HeartbeatReceived,
+    JobReprioritized,
     LaunchRequested,
     LMReplied,
     PreemptRequested,
+    ReprioritizeRequested,
     TaskAssigned,
     TaskCancelled,
     TaskCheckpointRequested,
@@ -217,6 +221,11 @@ def _cancel(source: str, c: SendCancel, stimulus_id: str) -> CancelRequested:
     return CancelRequested(stimulus_id, source, c.attempt_id)
 
 
+def _reprioritize(source: str, c: SendReprioritize,
+                  stimulus_id: str) -> ReprioritizeRequested:
+    return ReprioritizeRequested(stimulus_id, source, c.job_id, c.priority)
+
+
 def _reply(source: str, c: ReplyToGM, stimulus_id: str) -> LMReplied:
     return LMReplied(stimulus_id, source, c.request_id, c.results, c.snapshot)
 
@@ -238,6 +247,11 @@ def _restore(source: str, c: RestoreOnWorker, stimulus_id: str) -> TaskRestored:
     return TaskRestored(stimulus_id, c.attempt_id, c.work)
 
 
+def _reprioritized(source: str, c: ReprioritizeOnWorker,
+                   stimulus_id: str) -> JobReprioritized:
+    return JobReprioritized(stimulus_id, c.job_id, c.priority)
+
+
 def _task_event(source: str, c: PublishTaskEvent, stimulus_id: str) -> TaskEventReceived:
     return TaskEventReceived(stimulus_id, c.event)
 
@@ -251,6 +265,7 @@ ROUTES: dict[type, Route] = {
     SendLaunch: _named(LM, "launch", _launch, "lm"),
     SendPreempt: _named(LM, "preempt", _preempt, "lm"),
     SendCancel: _named(LM, "cancel", _cancel, "lm"),
+    SendReprioritize: _named(LM, "reprio", _reprioritize, "lm"),
     # LM -> GM
     ReplyToGM: _named(GM, "reply", _reply, "gm"),
     PublishTaskEvent: _named(GM, "taskev", _task_event, "gm"),
@@ -260,6 +275,7 @@ ROUTES: dict[type, Route] = {
     StopOnWorker: _named(WORKER, "stop", _stop, "worker"),
     CheckpointOnWorker: _named(WORKER, "ckpt", _checkpoint, "worker"),
     RestoreOnWorker: _named(WORKER, "restore", _restore, "worker"),
+    ReprioritizeOnWorker: _named(WORKER, "reprio", _reprioritized, "worker"),
     # worker -> its LM
     ReportToLM: Route(LM, "report", worker_report_event, Receiver.WORKERS_LM),
 }

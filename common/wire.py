@@ -25,16 +25,25 @@ from typing import Annotated, Literal
 
 from bitarray import bitarray, frozenbitarray
 from bitarray.util import ba2hex, hex2ba
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from common.cluster import ClusterTopology, LMSnapshot, RunningInfo
-from common.commands import ReplyToGM, ReportToLM, SendLaunch, SendPreempt
+from common.commands import ReplyToGM, ReportToLM, SendLaunch, SendPreempt, SendReprioritize
 from common.errors import InvalidInput
 from common.events import (
     HeartbeatReceived,
     LaunchRequested,
     LMReplied,
     PreemptRequested,
+    ReprioritizeRequested,
     WorkerHeartbeat,
     WorkerTaskFailed,
     WorkerTaskFinished,
@@ -52,6 +61,18 @@ PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
 ConstraintId = Annotated[int, Field(strict=True, ge=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+def _not_nan(value: float) -> float:
+    if math.isnan(value):
+        raise ValueError("must be a number (infinite allowed), not NaN")
+    return value
+
+
+# A job's priority as a GM sends it (its estimated remaining work): infinite when unknown,
+# never NaN. A worker keys its queue by finite ones only.
+Priority = Annotated[float, AfterValidator(_not_nan)]
+FinitePriority = Annotated[float, Field(allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1)]
 # A job id may not contain '/': core task ids are `job_id/local_id`, and the split must be
 # unambiguous (job `a` task `b/c` and job `a/b` task `c` would otherwise collide).
@@ -250,13 +271,21 @@ class RestoreWire(WireModel):
     work: NonNegativeFloat  # continue from this much work done, if behind it
 
 
+class ReprioritizeWire(WireModel):
+    job_id: Name
+    priority: FinitePriority  # the job's attempts here take it; queued ones are re-keyed
+
+
 class WorkerBatchWire(WireModel):
-    """LM -> worker agent: every start, stop, checkpoint request and restore queued while the
-    previous batch was out. Starts are applied before stops: an attempt is only ever stopped
-    after its start; checkpoints and restores (of redundant copies' tasks) come last."""
+    """LM -> worker agent: every start, stop, reprioritization, checkpoint request and
+    restore queued while the previous batch was out. Starts are applied before stops: an
+    attempt is only ever stopped after its start; then jobs' new priorities (re-keying what
+    is queued, started or not); checkpoints and restores (of redundant copies' tasks) come
+    last."""
 
     start: list[PlacementWire] = Field(default_factory=list)
     stop: list[StopWire] = Field(default_factory=list)
+    reprioritize: list[ReprioritizeWire] = Field(default_factory=list)
     checkpoint: list[Name] = Field(default_factory=list)  # attempts whose progress to report
     restore: list[RestoreWire] = Field(default_factory=list)
 
@@ -287,6 +316,24 @@ class CancelRequest(WireModel):
 
     gm: Name
     attempt_id: Name
+
+
+class ReprioritizeRequest(WireModel):
+    """`POST /v1/reprioritize`: the GM's job has a new priority (docs/local-queues.md,
+    Estimates that change); infinite travels as the JSON string "Infinity"."""
+
+    gm: Name
+    job_id: Name
+    priority: Priority
+
+
+def reprioritize_request_to_wire(send: SendReprioritize, gm: str) -> ReprioritizeRequest:
+    return ReprioritizeRequest(gm=gm, job_id=send.job_id, priority=send.priority)
+
+
+def reprioritize_requested_from_wire(wire: ReprioritizeRequest,
+                                     stimulus_id: str) -> ReprioritizeRequested:
+    return ReprioritizeRequested(stimulus_id, wire.gm, wire.job_id, wire.priority)
 
 
 def launch_request_to_wire(send: SendLaunch, gm: str,

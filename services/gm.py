@@ -28,6 +28,7 @@ import os
 import time
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import ValidationError
 
-from common.commands import JobEnded, SendCancel, SendLaunch, SendPreempt
+from common.commands import JobEnded, SendCancel, SendLaunch, SendPreempt, SendReprioritize
 from common.errors import InvalidInput
 from common.events import JobSubmitted, LMRequestFailed, TaskEventsReceived, Tick
 from common.federation import Federation
@@ -58,6 +59,7 @@ from common.wire import (
     launch_request_to_wire,
     lm_replied_from_wire,
     preempt_request_to_wire,
+    reprioritize_request_to_wire,
     task_event_from_wire,
 )
 from services.batching import BatchSender
@@ -94,6 +96,10 @@ LM_SLOW_DEADLINE = 30.0
 HEARTBEAT_QUEUE_LIMIT = 200
 CANCEL_BATCH = 50  # cancels sent one after another per turn of an LM's cancel outbox
 CANCEL_OUTBOX_LIMIT = 1000
+# Jobs' new priorities, per LM as for cancels: a job sends at most about log2(width) + 1
+# (common/reprioritize.py), so the outbox holds a burst of estimates, not a backlog
+REPRIORITIZE_BATCH = 50
+REPRIORITIZE_OUTBOX_LIMIT = 1000
 RETRY_AFTER_MIN, RETRY_AFTER_MAX = 1, 30  # seconds a refused client is told to wait
 DRAIN_WINDOW = 10.0  # seconds over which the backlog's drain rate is measured
 ENDED_FEED_MAX = 1000  # jobs per answer of GET /v1/jobs?ended_after=
@@ -154,6 +160,15 @@ class GMService:
                                max_batch=CANCEL_BATCH, limit=CANCEL_OUTBOX_LIMIT)
             for lm in federation.lms}
         self.runner.on(SendCancel, self._queue_cancel)
+        # New priorities of jobs (with local queues or copies) are best effort the same way:
+        # past the bound one is dropped and logged, and the job's tasks at that LM's workers
+        # keep their older key until its next one.
+        self.reprioritize_outboxes = {
+            lm.id: BatchSender(f"reprioritizations to {lm.id}",
+                               partial(self._send_reprioritizations, lm.id),
+                               max_batch=REPRIORITIZE_BATCH, limit=REPRIORITIZE_OUTBOX_LIMIT)
+            for lm in federation.lms}
+        self.runner.on(SendReprioritize, self._queue_reprioritize)
         self.runner.on(JobEnded, self._job_ended)
 
     # -- life ------------------------------------------------------------------------------------
@@ -176,7 +191,7 @@ class GMService:
         self.broker.consume_fanout(HEARTBEAT_EXCHANGE, self._on_heartbeat, prefetch=200,
                                    max_length=HEARTBEAT_QUEUE_LIMIT)
         await self.client.start()
-        for outbox in self.cancel_outboxes.values():
+        for outbox in (*self.cancel_outboxes.values(), *self.reprioritize_outboxes.values()):
             self.runner.spawn(outbox.run(), outbox.name)
         await self.broker.start(wait=False)
         interval = self.federation.timing.tick_interval
@@ -380,6 +395,24 @@ class GMService:
         for attempt_id in attempt_ids:
             with contextlib.suppress(PeerError):
                 body = CancelRequest(gm=self.gm_id, attempt_id=attempt_id)
+                await self.client.post(url, body.model_dump_json())
+
+    def _queue_reprioritize(self, command: SendReprioritize) -> None:
+        outbox = self.reprioritize_outboxes.get(command.lm)
+        if outbox is None or not outbox.offer(command):
+            self.log.emit("reprioritize_dropped", {"gm": self.gm_id, "lm": command.lm,
+                                                   "job": command.job_id,
+                                                   "priority": command.priority,
+                                                   "reason": "outbox full" if outbox
+                                                   else "unknown LM"})
+
+    async def _send_reprioritizations(self, lm: str,
+                                      commands: Sequence[SendReprioritize]) -> None:
+        url = self.endpoints.url(lm) + "/v1/reprioritize"
+        latest = {command.job_id: command for command in commands}  # a job's last one only
+        for command in latest.values():
+            with contextlib.suppress(PeerError):
+                body = reprioritize_request_to_wire(command, self.gm_id)
                 await self.client.post(url, body.model_dump_json())
 
     # -- questions -------------------------------------------------------------------------------

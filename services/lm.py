@@ -5,8 +5,9 @@ is the core's `LocalMaster` (common/lm.py); this shell turns GM requests, worker
 heartbeats and a clock into its events, and carries out its commands:
 
 - `ReplyToGM` is the answer to the HTTP request that caused it;
-- `StartOnWorker` / `StopOnWorker` (and, with redundant copies, `CheckpointOnWorker` /
-  `RestoreOnWorker`): queued in the worker's outbox (services/batching.py), which keeps one
+- `StartOnWorker` / `StopOnWorker` (and `ReprioritizeOnWorker`, with local queues or copies;
+  `CheckpointOnWorker` / `RestoreOnWorker`, with copies): queued in the worker's outbox
+  (services/batching.py), which keeps one
   `POST /v1/tasks/batch` to that worker in flight and puts whatever queued meanwhile in the
   next one; a batch is retried a few times, then its starts are reported to the core
   as failed dispatches (their attempts end lost and their GMs place them again);
@@ -27,6 +28,7 @@ HTTP API (bodies are common/wire.py models; invalid ones are 422 with pydantic's
     POST /v1/repartition      LaunchRequest, kind "repartition" -> 200 LMReply
     POST /v1/preempt          PreemptRequest                    -> 200 LMReply
     POST /v1/cancel           {gm, attempt_id}                  -> 202 {attempt_id, cancelled}
+    POST /v1/reprioritize     {gm, job_id, priority}            -> 202 {job_id}
     POST /v1/worker/report    WorkerReport                      -> 202
     POST /v1/worker/reports   WorkerReportBatch (in order)      -> 202
     POST /v1/worker/heartbeat WorkerHeartbeatWire               -> 202
@@ -52,6 +54,7 @@ from common.commands import (
     PublishHeartbeat,
     PublishTaskEvent,
     ReplyToGM,
+    ReprioritizeOnWorker,
     RestoreOnWorker,
     StartOnWorker,
     StopOnWorker,
@@ -64,6 +67,8 @@ from common.wire import (
     CancelRequest,
     LaunchRequest,
     PreemptRequest,
+    ReprioritizeRequest,
+    ReprioritizeWire,
     RestoreWire,
     StopWire,
     TaskEventBatchWire,
@@ -76,6 +81,7 @@ from common.wire import (
     placement_to_wire,
     preempt_requested_from_wire,
     reply_to_wire,
+    reprioritize_requested_from_wire,
     snapshot_to_wire,
     task_event_to_wire,
     worker_heartbeat_from_wire,
@@ -114,6 +120,9 @@ PUBLISH_BATCH = 500  # task events taken from the outbox at once: one message pe
 # include the second (a start carries its worker's clock); GMs hear of it that much later.
 MAX_PUBLISH_BACKOFF = 2.0
 SHUTDOWN_FLUSH_SECONDS = 2.0
+# the `call` label of a best-effort item of a worker's batch that found its outbox full
+_WORKER_CALLS = {CheckpointOnWorker: "checkpoint", RestoreOnWorker: "restore",
+                 ReprioritizeOnWorker: "reprioritize"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +170,7 @@ class LMService:
         self.runner.on(StopOnWorker, self._queue_stop)
         self.runner.on(CheckpointOnWorker, self._queue_to_worker)
         self.runner.on(RestoreOnWorker, self._queue_to_worker)
+        self.runner.on(ReprioritizeOnWorker, self._queue_to_worker)
         self.runner.on(PublishTaskEvent, self._queue_task_event)
         self.runner.on(PublishHeartbeat, self._publish_heartbeat)
         self._metrics()
@@ -255,6 +265,14 @@ class LMService:
                                            wire.attempt_id))
         return {"attempt_id": wire.attempt_id, "cancelled": cancelled}
 
+    def reprioritize(self, wire: ReprioritizeRequest) -> dict:
+        """A job's new priority: the workers holding its attempts here are told (queued in
+        their outboxes; a request about a job not here changes nothing)."""
+        self._check_gm(wire.gm)
+        self.runner.handle(reprioritize_requested_from_wire(
+            wire, self.runner.stimulus("reprioritize")))
+        return {"job_id": wire.job_id}
+
     # -- from workers ----------------------------------------------------------------------------
 
     def _check_worker(self, worker: str) -> None:
@@ -297,21 +315,25 @@ class LMService:
                 "lm": self.lm_id, "worker": command.worker, "attempt": command.attempt_id,
                 "call": "stop", "error": f"outbox full ({WORKER_OUTBOX_LIMIT})"})
 
-    def _queue_to_worker(self, command: CheckpointOnWorker | RestoreOnWorker) -> None:
-        """A checkpoint request or a restore for a redundant copy's task: best effort (a
-        lost one leaves a copy behind its best, nothing worse)."""
+    def _queue_to_worker(self, command: CheckpointOnWorker | RestoreOnWorker
+                         | ReprioritizeOnWorker) -> None:
+        """A checkpoint request or a restore for a redundant copy's task, or a job's new
+        priority: best effort (a lost one leaves a copy behind its best, or a queued task
+        with its older key, nothing worse)."""
         if not self.worker_outboxes[command.worker].offer(command):
-            call = "checkpoint" if isinstance(command, CheckpointOnWorker) else "restore"
-            self.worker_calls_failed.labels(call).inc()
+            self.worker_calls_failed.labels(_WORKER_CALLS[type(command)]).inc()
 
     async def _send_to_worker(self, worker: str, batch: Sequence[
-            StartOnWorker | StopOnWorker | CheckpointOnWorker | RestoreOnWorker]) -> None:
+            StartOnWorker | StopOnWorker | CheckpointOnWorker | RestoreOnWorker
+            | ReprioritizeOnWorker]) -> None:
         """One request with everything queued for `worker`, retried a few times."""
         starts = [c for c in batch if isinstance(c, StartOnWorker)]
         stops = [c for c in batch if isinstance(c, StopOnWorker)]
         body = WorkerBatchWire(
             start=[placement_to_wire(c.placement) for c in starts],
             stop=[StopWire(attempt_id=c.attempt_id, reason=str(c.reason)) for c in stops],
+            reprioritize=[ReprioritizeWire(job_id=c.job_id, priority=c.priority) for c in batch
+                          if isinstance(c, ReprioritizeOnWorker)],
             checkpoint=[a for c in batch if isinstance(c, CheckpointOnWorker)
                         for a in c.attempt_ids],
             restore=[RestoreWire(attempt_id=c.attempt_id, work=c.work) for c in batch
@@ -474,6 +496,10 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
     async def cancel(request: Request) -> Response:
         return JSONResponse(service.cancel(await parse_body(request, CancelRequest)), 202)
 
+    async def reprioritize(request: Request) -> Response:
+        return JSONResponse(service.reprioritize(await parse_body(request, ReprioritizeRequest)),
+                            202)
+
     async def worker_report(request: Request) -> Response:
         service.worker_report(await parse_body(request, WorkerReport))
         return Response(status_code=202)
@@ -491,6 +517,7 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
         "/v1/repartition": launch_route("repartition"),
         "/v1/preempt": preempt,
         "/v1/cancel": cancel,
+        "/v1/reprioritize": reprioritize,
         "/v1/worker/report": worker_report,
         "/v1/worker/reports": worker_reports,
         "/v1/worker/heartbeat": worker_heartbeat,

@@ -21,9 +21,11 @@ HTTP API (called by the LM; bodies are common/wire.py models):
     POST   /v1/tasks                  PlacementWire -> 202 {attempt_id, state}; 422 if invalid.
                                       A duplicate attempt id is refused by the core (logged),
                                       still 202: the LM may retry a POST whose answer it lost.
-    POST   /v1/tasks/batch            WorkerBatchWire {start, stop, checkpoint, restore}: the
-                                      starts, the stops, then the checkpoint requests (each
-                                      answered by a `checkpointed` report) and the restores
+    POST   /v1/tasks/batch            WorkerBatchWire {start, stop, reprioritize, checkpoint,
+                                      restore}: the starts, the stops, the jobs' new
+                                      priorities (`JobReprioritized`: queued tasks re-keyed),
+                                      then the checkpoint requests (each answered by a
+                                      `checkpointed` report) and the restores
                                       -> 200 {started, stopped, refused}
     DELETE /v1/tasks/{attempt_id}     ?reason=cancelled|preempted -> 202 {attempt_id, was} if
                                       it was queued or running, else 404 {detail, state}
@@ -51,6 +53,7 @@ from prometheus_client import Counter, Gauge
 from common.commands import KillTask, ReportToLM, RunTask
 from common.errors import InvalidInput
 from common.events import (
+    JobReprioritized,
     TaskAssigned,
     TaskCancelled,
     TaskCheckpointRequested,
@@ -186,7 +189,8 @@ class WorkerService:
         return {"attempt_id": placement.attempt_id, "state": None if state is None else str(state)}
 
     def apply_batch(self, wire: WorkerBatchWire) -> dict:
-        """The LM's queued starts, then its stops; which started, which stopped, which not."""
+        """The LM's queued starts, then its stops, its jobs' new priorities, its checkpoint
+        requests and restores; which started, which stopped, which not."""
         started, refused, stopped = [], [], []
         for item in wire.start:
             answer = self.assign(item)
@@ -199,6 +203,9 @@ class WorkerService:
             was = self.cancel(item.attempt_id, CANCEL_REASONS[item.reason])
             stopped.append({"attempt_id": item.attempt_id,
                             "was": None if was is None else str(was)})
+        for item in wire.reprioritize:
+            self.runner.handle(JobReprioritized(self.runner.stimulus("reprioritize"),
+                                                item.job_id, item.priority))
         if wire.checkpoint:
             self.runner.handle(TaskCheckpointRequested(self.runner.stimulus("checkpoint"),
                                                        tuple(wire.checkpoint)))

@@ -107,8 +107,12 @@ class Federation:
                            if k in kwargs}
         topologies = make_topologies(num_lms, nodes_per_lm, gms, rng=random.Random(seed),
                                      **topology_kwargs)
+        # as `Federation.gm_config` (common/federation.py): GMs send reprioritizations only
+        # where workers order by priority
+        reprioritize = (kwargs.get("queue_depth", 0) > 0
+                        or kwargs.get("redundancy", "none") != "none")
         configs = [GMConfig(gm, tuple(queues), job_policy=job_policy, fairness=fairness,
-                            seed=seed) for gm in gms]
+                            seed=seed, reprioritize=reprioritize) for gm in gms]
         return cls(topologies, configs, **kwargs)
 
     # -- delivery -------------------------------------------------------------------------------

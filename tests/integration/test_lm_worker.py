@@ -222,6 +222,12 @@ class FakeGM:
         assert response.status_code == 200, response.text
         return response.json()
 
+    async def reprioritize(self, job: str, priority: float) -> dict:
+        body = {"gm": GM, "job_id": job, "priority": priority}
+        response = await self.http.post(f"{self.lm_url}/v1/reprioritize", json=body)
+        assert response.status_code == 202, response.text
+        return response.json()
+
     async def launch_when_ready(self, placements: list[dict], timeout: float = 10.0) -> dict:
         """Retry while the LM refuses because it is recovering: what a real GM does."""
         deadline = time.monotonic() + timeout
@@ -590,6 +596,41 @@ def test_a_busy_node_queues_at_its_worker_and_the_shortest_goes_first(tmp_path, 
     waits = {r["attempt"]: r["queued_seconds"] for r in procs.lines(WORKER)
              if r["event"] == "task_started"}
     assert waits[shorter["attempt_id"]] >= 0.8  # it waited behind the running task
+
+
+@pytest.mark.timeout(40)
+def test_a_reprioritized_job_moves_ahead_in_the_workers_queue(tmp_path, amqp_url):
+    """Over real HTTP: of two tasks queued behind a running one, the longer job's goes
+    second; the GM's `POST /v1/reprioritize` (its estimate shrank) reaches the worker through
+    the LM's batch, the worker re-keys its queue, and that task starts first."""
+    procs = local_queue_processes(tmp_path, amqp_url, preemptive=False)
+    running = placement(unique_job(), N0, cpu_m=CPU, duration=2.0)
+    longer = {**placement(unique_job(), N0, cpu_m=CPU, duration=0.5), "priority": 50.0}
+    shorter = {**placement(unique_job(), N0, cpu_m=CPU, duration=0.5), "priority": 5.0}
+    job = longer["task"]["job_id"]
+
+    async def scenario() -> None:
+        async with FakeGM(procs) as gm:
+            await start_both(procs, gm)
+            assert reasons(await gm.launch([running])) == ["launched"]
+            await gm.event(running["attempt_id"], "started")
+            assert reasons(await gm.launch([longer, shorter])) == ["queued", "queued"]
+            assert await gm.reprioritize(job, 1.0) == {"job_id": job}
+            rekeyed = await until(lambda: [e for e in procs.lines(WORKER)
+                                           if e["event"] == "worker_reprioritized"], 5,
+                                  "the worker re-keys its queue")
+            assert rekeyed[0]["job"] == job and rekeyed[0]["priority"] == 1.0
+            async with httpx.AsyncClient() as client:
+                worker = (await client.get(procs.url(WORKER) + "/v1/state")).json()
+            assert {q["attempt_id"]: q["priority"] for q in worker["queued"]} == {
+                longer["attempt_id"]: 1.0, shorter["attempt_id"]: 5.0}
+            assert not gm.kinds(longer["attempt_id"])  # re-keyed before the node freed up
+            first = await gm.event(longer["attempt_id"], "started")
+            second = await gm.event(shorter["attempt_id"], "started")
+            assert first["at"] < second["at"]
+            await gm.event(shorter["attempt_id"], "finished")
+
+    run(procs, scenario)
 
 
 @pytest.mark.timeout(40)

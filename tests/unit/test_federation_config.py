@@ -285,6 +285,18 @@ def test_gm_config_maps_policies_and_timing() -> None:
     assert gm.policy.sampling_ratio == 0.05 and gm.policy.thin_threshold == 4
 
 
+@pytest.mark.parametrize(("tables", "reprioritize"), [
+    ("", False),
+    ("[policies.local_queues]\ndepth = 0\n", False),
+    ("[policies.local_queues]\ndepth = 2\n", True),
+    ('[policies.redundancy]\npolicy = "srpt+r"\n', True),
+])
+def test_gms_reprioritize_only_where_workers_order_by_priority(tables: str,
+                                                              reprioritize: bool) -> None:
+    text = edit("[policies.slearn]", f"{tables}\n[policies.slearn]")
+    assert load_federation(text).gm_config("g1").reprioritize is reprioritize
+
+
 def test_fifo_passes_no_options_and_first_fit_is_the_default() -> None:
     federation = load_federation(BASE)  # carries a [policies.slearn] table, unused by fifo
     config = federation.gm_config("g1")

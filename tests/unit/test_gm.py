@@ -4,8 +4,9 @@ by the in-process harness (tests/harness.py); deliveries are explicit where orde
 from __future__ import annotations
 
 import pytest
-from harness import Federation
+from harness import DEFAULT_CAPACITY, Federation, Message, make_topologies
 
+from common.cluster import ClusterTopology
 from common.commands import SendLaunch
 from common.errors import InvalidInput
 from common.events import (
@@ -13,12 +14,13 @@ from common.events import (
     LaunchRequested,
     LMRequestFailed,
     PreemptRequested,
+    ReprioritizeRequested,
     TaskEventReceived,
 )
 from common.gm import GlobalMaster, GMConfig
 from common.lifecycle import TaskState
 from common.messages import RequestKind
-from common.models import JobSpec, TaskSpec
+from common.models import JobSpec, NodeSpec, TaskSpec
 from common.policies.fairness import UserQueue
 from common.policies.placement import PLACEMENT_POLICIES
 from common.reasons import Reason
@@ -323,3 +325,104 @@ def test_a_replayed_job_never_reruns_the_tasks_its_store_says_are_done() -> None
     everything_done = gm.handle(
         JobSubmitted("replay", job("k", "u1", 1), (("k/0", 1.0),)), 0.0)
     assert [c.job_id for c in everything_done if type(c).__name__ == "JobEnded"] == ["k"]
+
+
+# -- reprioritization -----------------------------------------------------------------------------
+
+ONLY_ON_TWO = frozenset({1})  # lm-1 and lm-2 carry it, lm-3 does not
+
+
+def two_of_three_lms(reprioritize: bool = True) -> Federation:
+    """gm-1 (slearn) and three LMs of one 4000-cpu node each, local queues two deep; only
+    the nodes of lm-1 and lm-2 satisfy `ONLY_ON_TWO`."""
+    topologies = make_topologies(2, 1, ["gm-1"], constraints=ONLY_ON_TWO)
+    topologies.append(ClusterTopology("lm-3", [NodeSpec("lm-3/n0", "lm-3", "lm-3/w0",
+                                                        DEFAULT_CAPACITY, frozenset())],
+                                      ["gm-1"]))
+    config = GMConfig("gm-1", (UserQueue("u1", 1.0, "gm-1"),), job_policy="slearn",
+                      reprioritize=reprioritize)
+    return started(Federation(topologies, [config], queue_depth=2))
+
+
+def deliver_all(fed: Federation) -> list[Message]:
+    """`run_until_quiet`, returning every message it delivered."""
+    delivered = []
+    while fed.network:
+        delivered.append(fed.network[0])
+        fed.deliver(0)
+    return delivered
+
+
+def reprioritizations(delivered: list[Message]) -> list[tuple[str, str, float]]:
+    return [(m.target, m.event.job_id, m.event.priority) for m in delivered
+            if isinstance(m.event, ReprioritizeRequested)]
+
+
+def finish_one(fed: Federation) -> list[Message]:
+    """A running task finishes after 2 s; what that delivered."""
+    fed.finish(min(fed.executing), runtime=2.0)
+    return deliver_all(fed)
+
+
+def drain_all(fed: Federation) -> list[Message]:
+    """`drain`, returning every message it delivered."""
+    delivered = deliver_all(fed)
+    for _ in range(100):
+        if not fed.executing:
+            fed.tick(fed.heartbeat_interval)  # the GM learns of the room its tasks left
+            delivered += deliver_all(fed)
+            if not fed.executing:
+                break
+        delivered += finish_one(fed)
+    return delivered
+
+
+def test_an_estimate_is_sent_to_every_lm_holding_the_jobs_tasks_and_only_there() -> None:
+    fed = two_of_three_lms()
+    gm = fed.gms["gm-1"]
+    fed.submit("gm-1", job("w", "u1", 10, cpu=2000, constraints=ONLY_ON_TWO))
+    deliver_all(fed)
+    record = gm.jobs["w"]
+    [pilot] = record.progress.pilots
+    # while the pilot runs, work conservation launches held tasks on lm-1 and lm-2 (running,
+    # or queued at their workers), all carrying the sampling priority 0
+    launched = {t.lm for t in record.tasks if t.state in (TaskState.LAUNCHED, TaskState.RUNNING)}
+    assert launched == {"lm-1", "lm-2"}
+    pilot_attempt = record.tasks[pilot].live
+    fed.finish(pilot_attempt, runtime=2.0)
+    delivered = deliver_all(fed)
+    assert record.progress.estimated_task_duration == 2.0
+    assert sorted(reprioritizations(delivered)) == [("lm-1", "w", 18.0), ("lm-2", "w", 18.0)]
+    assert events(fed, "job_reprioritized") == [
+        {"job": "w", "gm": "gm-1", "priority": 18.0, "previous": 0.0, "lms": ["lm-1", "lm-2"]}]
+    # the workers re-keyed what waits in their queues
+    for worker in ("lm-1/w0", "lm-2/w0"):
+        agent = fed.workers[worker]
+        queued = [p for p in agent.running_placements() if p.attempt_id in agent.queued_ids()]
+        assert queued and {p.priority for p in queued} == {18.0}
+
+
+def test_a_finish_sends_the_priority_again_only_once_it_halved() -> None:
+    fed = two_of_three_lms()
+    fed.submit("gm-1", job("w", "u1", 10, cpu=2000, constraints=ONLY_ON_TWO))
+    deliver_all(fed)
+    record = fed.gms["gm-1"].jobs["w"]
+    [pilot] = record.progress.pilots
+    fed.finish(record.tasks[pilot].live, runtime=2.0)
+    assert reprioritizations(deliver_all(fed))  # 18: 9 tasks of 2 s left
+    for left in (8, 7, 6, 5):  # 16 .. 10: within a factor of 2 of 18
+        assert not reprioritizations(finish_one(fed)), left
+    delivered = finish_one(fed)  # 4 left, 8: below half of 18
+    sent = reprioritizations(delivered)
+    assert {priority for _, _, priority in sent} == {8.0}
+    holding = {t.lm for t in record.tasks if t.state in (TaskState.LAUNCHED, TaskState.RUNNING)}
+    assert {lm for lm, _, _ in sent} == holding
+    assert events(fed, "job_reprioritized")[-1]["previous"] == 18.0
+
+
+def test_without_reprioritize_a_gm_never_sends_one() -> None:
+    fed = two_of_three_lms(reprioritize=False)
+    fed.submit("gm-1", job("w", "u1", 10, cpu=2000, constraints=ONLY_ON_TWO))
+    delivered = drain_all(fed)
+    assert [e.job_id for e in fed.ended_jobs] == ["w"]
+    assert not reprioritizations(delivered) and not events(fed, "job_reprioritized")

@@ -86,12 +86,12 @@ LM_END_EVENTS = {f"task_{kind}" for kind in (Reason.FINISHED, Reason.FAILED, Rea
 
 
 def make_job(job_id: str, user: str, demands: list[tuple[int, int, frozenset[int]]],
-             arrival: float = 0.0) -> JobSpec:
+             arrival: float = 0.0, estimate: float | None = None) -> JobSpec:
     tasks = tuple(
         TaskSpec(f"{job_id}/{i}", job_id, Resources(cpu, mem), constraints, 1.0)
         for i, (cpu, mem, constraints) in enumerate(demands)
     )
-    return JobSpec(job_id, user, tasks, arrival)
+    return JobSpec(job_id, user, tasks, arrival, estimated_task_duration=estimate)
 
 
 def owner_of(fed: Federation, lm: str, node_id: str) -> str:
@@ -254,6 +254,9 @@ class FederationMachine(RuleBasedStateMachine):
     job_policy = "fifo"
     queue_depth = 0  # [policies.local_queues] depth
     redundancy = "none"  # [policies.redundancy] policy
+    # a trace's per-task estimate: fifo's worker priority is then the job's remaining work,
+    # which shrinks as its tasks finish (GMs reprioritize); None: its arrival, fixed
+    task_estimate: float | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -279,8 +282,10 @@ class FederationMachine(RuleBasedStateMachine):
         topologies = make_topologies(2, 3, gms, capacity=NODE, rng=random.Random(seed),
                                      workers_per_lm=workers_per_lm)
         placement = "best_fit" if best_fit else "first_fit"
+        # as `Federation.gm_config`: reprioritizations only where workers order by priority
+        reprioritize = self.queue_depth > 0 or self.redundancy != "none"
         configs = [GMConfig(gm, queues, job_policy=self.job_policy, placement=placement,
-                            seed=seed) for gm in gms]
+                            seed=seed, reprioritize=reprioritize) for gm in gms]
         self.fed = Federation(topologies, configs, queue_depth=self.queue_depth,
                               redundancy=self.redundancy, max_copies=3)
         for topology in topologies:
@@ -311,7 +316,7 @@ class FederationMachine(RuleBasedStateMachine):
             chosen = [c for c in sorted(node.constraints) if mask >> c & 1]
             demands.append((cpu, mem, frozenset(chosen[:MAX_CONSTRAINTS_PER_TASK])))
         job_id = f"j{len(self.submitted) + 1}"
-        fed.submit(gm, make_job(job_id, user, demands, fed.now))
+        fed.submit(gm, make_job(job_id, user, demands, fed.now, self.task_estimate))
         self.submitted.append(job_id)
 
     @precondition(lambda self: self.fed is not None and self.fed.network)
@@ -435,7 +440,8 @@ class FederationMachine(RuleBasedStateMachine):
         logs = Counter(record.event for _, record in self.fed.logs)
         event(f"jobs: {min(len(self.submitted), 5)}{'+' if len(self.submitted) > 5 else ''}")
         names = ["repartition", "task_preempted", "task_lost", "launch_refused", "task_queued",
-                 "preemption_refused", "node_down", "job_failed"]
+                 "preemption_refused", "node_down", "job_failed", "job_reprioritized",
+                 "worker_reprioritized"]
         if self.redundancy != "none":
             names += ["copy_launched", "copy_finished_late", "task_restored"]
             event(f"a copy won: {'yes' if any(r.event == 'copy_won' and r.fields['by_copy'] for _, r in self.fed.logs) else 'no'}")  # noqa: E501
@@ -555,9 +561,11 @@ class SLearnFederationMachine(FederationMachine):
 class LocalQueueFederationMachine(LMRestartFederationMachine):
     """The same with local queues two deep: GMs queue tasks on busy nodes, workers start
     them as room frees, LMs take their resources on the start reports however they are
-    ordered, and LMs restart and adopt queued attempts."""
+    ordered, and LMs restart and adopt queued attempts. Jobs carry an estimate, so GMs
+    re-key their queued tasks (`job_reprioritized`) as their remaining work shrinks."""
 
     queue_depth = 2
+    task_estimate = 1.0
 
 
 class RedundancyFederationMachine(LMRestartFederationMachine):
@@ -568,6 +576,7 @@ class RedundancyFederationMachine(LMRestartFederationMachine):
     a node (`LocalMaster.validate` after every event)."""
 
     redundancy = "srpt+r"
+    task_estimate = 1.0  # srpt+r favours the least remaining work: reprioritized ones too
 
     @precondition(lambda self: self.fed is not None and any(
         "~" in attempt for attempt in self.fed.executing))
@@ -624,7 +633,11 @@ def federation_of(node_constraints: dict[str, list[frozenset[int]]], num_gms: in
     ]
     queues = tuple(UserQueue(f"u{g}", round(1 / num_gms, 6), gm)
                    for g, gm in enumerate(gms, start=1))
-    fed = Federation(topologies, [GMConfig(gm, queues) for gm in gms], **kwargs)
+    # as `Federation.gm_config`: reprioritizations only where workers order by priority
+    reprioritize = (kwargs.get("queue_depth", 0) > 0
+                    or kwargs.get("redundancy", "none") != "none")
+    fed = Federation(topologies, [GMConfig(gm, queues, reprioritize=reprioritize)
+                                  for gm in gms], **kwargs)
     fed.tick()
     fed.run_until_quiet()  # every GM starts with a fresh view of every LM
     return fed
@@ -1024,3 +1037,33 @@ def test_task_finishing_while_its_lm_restarts_still_ends_its_job() -> None:
     fed.finish("a/0#0.1")  # its report reaches the new LM, which has not adopted it
     fed.run_until_quiet()
     drain_and_check(fed, ["a"])
+
+
+def test_tasks_queued_at_a_worker_take_their_jobs_new_priority() -> None:
+    """Local queues: w's tasks wait at the node's worker keyed by w's remaining work as the
+    GM sent it (4 tasks of 5 s: 20, then 15). When half of it is done, the GM sends 10 to the
+    LM, which re-keys the one still waiting at the worker; the federation then ends as every
+    invariant says."""
+    fed = federation_of({"lm-1": [frozenset()]}, num_gms=1, queue_depth=2)
+    gm, worker = fed.gms["gm-1"], fed.workers["lm-1/w0"]
+    fed.submit("gm-1", make_job("w", "u1", [(1000, 1024, frozenset())] * 4, estimate=5.0))
+    fed.run_until_quiet()
+
+    def queued() -> dict[str, float]:
+        waiting = worker.queued_ids()
+        return {p.attempt_id: p.priority for p in worker.running_placements()
+                if p.attempt_id in waiting}
+
+    assert queued() == {"w/1#0.1": 20.0, "w/2#0.1": 20.0}
+    fed.finish("w/0#0.1")
+    fed.run_until_quiet()
+    fed.tick(fed.heartbeat_interval)  # the room the finish left shows: w/3 joins the queue
+    fed.run_until_quiet()
+    assert queued() == {"w/2#0.1": 20.0, "w/3#0.1": 15.0}  # 15: within 2x of 20, not sent
+    fed.finish("w/1#0.1")  # the worker starts w/3 (15 before 20), and hears of 10
+    fed.run_until_quiet()
+    assert gm.policy.worker_priority(gm.jobs["w"].progress) == 10.0
+    assert queued() == {"w/2#0.1": 10.0} and "w/3#0.1" in fed.executing
+    assert [r.fields["previous"] for _, r in fed.logs if r.event == "job_reprioritized"] == [
+        20.0]
+    drain_and_check(fed, ["w"])

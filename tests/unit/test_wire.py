@@ -11,11 +11,12 @@ from bitarray import frozenbitarray
 from pydantic import BaseModel, ValidationError
 
 from common.cluster import ClusterTopology, LMSnapshot, RunningInfo
-from common.commands import ReplyToGM, ReportToLM, SendLaunch, SendPreempt
+from common.commands import ReplyToGM, ReportToLM, SendLaunch, SendPreempt, SendReprioritize
 from common.errors import InvalidInput
 from common.events import (
     LaunchRequested,
     PreemptRequested,
+    ReprioritizeRequested,
     WorkerHeartbeat,
     WorkerTaskFailed,
     WorkerTaskFinished,
@@ -34,6 +35,7 @@ from common.wire import (
     LMStateWire,
     PlacementWire,
     PreemptRequest,
+    ReprioritizeRequest,
     StopWire,
     TaskEventBatchWire,
     TaskEventWire,
@@ -54,6 +56,8 @@ from common.wire import (
     preempt_requested_from_wire,
     reply_to_wire,
     report_to_wire,
+    reprioritize_request_to_wire,
+    reprioritize_requested_from_wire,
     snapshot_from_wire,
     snapshot_to_wire,
     task_event_from_wire,
@@ -374,6 +378,28 @@ def test_preempt_request_round_trip() -> None:
         placement=send.placement,
         victims=send.victims,
     )
+
+
+@pytest.mark.parametrize("priority", [12.5, 0.0, math.inf])
+def test_reprioritize_request_round_trip(priority: float) -> None:
+    wire = through_json(reprioritize_request_to_wire(SendReprioritize("lm-1", "j", priority),
+                                                     gm="gm-1"))
+    assert isinstance(wire, ReprioritizeRequest)
+    assert reprioritize_requested_from_wire(wire, "s3") == ReprioritizeRequested(
+        "s3", "gm-1", "j", priority)
+
+
+def test_a_nan_priority_is_refused_and_a_worker_takes_only_finite_ones() -> None:
+    with pytest.raises(ValidationError) as caught:
+        ReprioritizeRequest.model_validate_json('{"gm": "gm-1", "job_id": "j", "priority": NaN}')
+    assert ("priority",) in loc_of(caught.value)
+    with pytest.raises(ValidationError) as caught:
+        WorkerBatchWire.model_validate_json(
+            '{"reprioritize": [{"job_id": "j", "priority": "Infinity"}]}')
+    assert ("reprioritize", 0, "priority") in loc_of(caught.value)
+    batch = WorkerBatchWire.model_validate_json(
+        '{"reprioritize": [{"job_id": "j", "priority": 3}]}')
+    assert [(r.job_id, r.priority) for r in batch.reprioritize] == [("j", 3.0)]
 
 
 # --- snapshots and the topology cache ------------------------------------------------------------

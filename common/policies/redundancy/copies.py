@@ -62,6 +62,18 @@ class Candidates:
         self._entries[attempt_id] = entry
         self._by_key.add(entry)
 
+    def rekey(self, attempt_id: str, priority: float) -> bool:
+        """Its job's estimate changed: a new key, the same place in arrival order. False if
+        it is no candidate or already has that key."""
+        entry = self._entries.get(attempt_id)
+        if entry is None or entry[0] == priority:
+            return False
+        self._by_key.remove(entry)
+        entry = (priority, entry[1], attempt_id)
+        self._entries[attempt_id] = entry  # an existing key keeps its place in the dict
+        self._by_key.add(entry)
+        return True
+
     def discard(self, attempt_id: str) -> None:
         entry = self._entries.pop(attempt_id, None)
         if entry is not None:
