@@ -30,6 +30,7 @@ class SendLaunch:
     request_id: str
     kind: RequestKind
     placements: tuple[Placement, ...]
+    lm_epoch: int | None = None  # the LM incarnation the GM planned on (its view's)
 
 
 @dataclass(slots=True)
@@ -38,6 +39,7 @@ class SendPreempt:
     request_id: str
     placement: Placement
     victims: tuple[str, ...]
+    lm_epoch: int | None = None  # as in SendLaunch
 
 
 @dataclass(slots=True)

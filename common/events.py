@@ -98,6 +98,9 @@ class LaunchRequested:
     request_id: str
     kind: RequestKind
     placements: tuple[Placement, ...]
+    # the LM incarnation the GM planned on; an older one than the LM's is refused (None: not
+    # checked, for a request of no GM's view)
+    lm_epoch: int | None = None
 
 
 @dataclass(slots=True)
@@ -109,6 +112,7 @@ class PreemptRequested:
     request_id: str
     placement: Placement
     victims: tuple[str, ...]
+    lm_epoch: int | None = None  # as in LaunchRequested
 
 
 @dataclass(slots=True)

@@ -229,11 +229,14 @@ class GlobalMaster:
                 self.placer.forget(request.request_id)
                 continue
             placements = tuple(self._placement_of(a, priorities) for a in attempts)
+            epoch = self.view.slots[request.lm].version[0]  # the incarnation planned on
             if request.preempt:
                 victims = self.placer.victims_of(request.request_id)
-                step.emit(SendPreempt(request.lm, request.request_id, placements[0], victims))
+                step.emit(SendPreempt(request.lm, request.request_id, placements[0], victims,
+                                      epoch))
             else:
-                step.emit(SendLaunch(request.lm, request.request_id, request.kind, placements))
+                step.emit(SendLaunch(request.lm, request.request_id, request.kind, placements,
+                                     epoch))
 
     def _placement_of(self, attempt_id: str, priorities: dict[str, float]) -> Placement:
         task = self._attempts.get(attempt_id)

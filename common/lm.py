@@ -197,13 +197,14 @@ class LocalMaster:
     # -- requests from GMs ---------------------------------------------------------------------
 
     def _on_launch(self, event: LaunchRequested, step: Step) -> None:
-        results = tuple(self._apply_item(step, event.gm, event.kind, item)
+        results = tuple(self._apply_item(step, event.gm, event.kind, item, event.lm_epoch)
                         for item in event.placements)
         step.emit(ReplyToGM(event.gm, event.request_id, results, self.reply_snapshot()))
 
-    def _apply_item(self, step: Step, gm: str, kind: RequestKind, item: Placement) -> LaunchResult:
+    def _apply_item(self, step: Step, gm: str, kind: RequestKind, item: Placement,
+                    lm_epoch: int | None) -> LaunchResult:
         i = self.topology.index.get(item.node_id, -1)
-        reason = self._verdict(gm, kind, item, i)
+        reason = self._verdict(gm, kind, item, i, lm_epoch)
         if reason is Reason.LAUNCHED or reason is Reason.QUEUED:
             self._start(step, item, i, kind is RequestKind.REPARTITION, reason is Reason.QUEUED)
         elif reason is Reason.ALREADY_RUNNING:
@@ -212,7 +213,8 @@ class LocalMaster:
             step.emit(Log("launch_refused", self._fields(item, reason=str(reason))))
         return LaunchResult(item.attempt_id, item.task.task_id, item.node_id, reason)
 
-    def _verdict(self, gm: str, kind: RequestKind, item: Placement, i: int) -> Reason:
+    def _verdict(self, gm: str, kind: RequestKind, item: Placement, i: int,
+                 lm_epoch: int | None = None) -> Reason:
         """Check one item against the truth; the first failed check is the reason."""
         known = self._attempts.running.get(item.attempt_id)
         if known is not None:
@@ -220,6 +222,10 @@ class LocalMaster:
             return Reason.ALREADY_RUNNING if same else Reason.DUPLICATE
         if item.attempt_id in self._attempts.ended:
             return Reason.DUPLICATE
+        if lm_epoch is not None and lm_epoch < self.epoch:
+            # planned on an earlier incarnation, which may have run it before it died: its
+            # ids are not remembered here, so only a placement made on this one is taken
+            return Reason.LM_RESTARTED
         if self.recovering:
             return Reason.LM_RECOVERING
         if self.backlogged:
@@ -292,6 +298,8 @@ class LocalMaster:
         item = event.placement
         if item.attempt_id in self._attempts.running or item.attempt_id in self._attempts.ended:
             return self._verdict(event.gm, kind, item, i)  # a retry: never applied twice
+        if event.lm_epoch is not None and event.lm_epoch < self.epoch:
+            return Reason.LM_RESTARTED  # its victims are of an earlier incarnation's
         if i >= 0 and self._queued[i]:
             return Reason.QUEUE_FULL  # what the victims free would go to the node's queue
         freed_cpu = freed_mem = 0

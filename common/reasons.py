@@ -32,6 +32,10 @@ class Reason(StrEnum):
     VICTIM_GONE = "victim_gone"  # a preemption victim is no longer running there
     VICTIMS_INSUFFICIENT = "victims_insufficient"  # freeing the victims would not make room
     LM_RECOVERING = "lm_recovering"  # restarted LM still learning what its workers run
+    # planned against an earlier incarnation of the LM, which may have run it already (a
+    # retried or redelivered request): the new one cannot know, so it refuses; the GM places
+    # the task again under a new attempt id
+    LM_RESTARTED = "lm_restarted"
     # the LM's task events cannot reach the GMs (RabbitMQ away) and its outbox is full: it
     # takes nothing new until they drain, and meanwhile shows its nodes unavailable
     LM_BACKLOGGED = "lm_backlogged"

@@ -210,11 +210,12 @@ def _named(role: str, tag: str, event: Callable[[str, Any, str], Any], field: st
 
 
 def _launch(source: str, c: SendLaunch, stimulus_id: str) -> LaunchRequested:
-    return LaunchRequested(stimulus_id, source, c.request_id, c.kind, c.placements)
+    return LaunchRequested(stimulus_id, source, c.request_id, c.kind, c.placements, c.lm_epoch)
 
 
 def _preempt(source: str, c: SendPreempt, stimulus_id: str) -> PreemptRequested:
-    return PreemptRequested(stimulus_id, source, c.request_id, c.placement, c.victims)
+    return PreemptRequested(stimulus_id, source, c.request_id, c.placement, c.victims,
+                            c.lm_epoch)
 
 
 def _cancel(source: str, c: SendCancel, stimulus_id: str) -> CancelRequested:

@@ -301,6 +301,10 @@ class LaunchRequest(WireModel):
     # The LM epoch whose nodes the GM already holds (from a heartbeat): a reply from that
     # epoch leaves the nodes out (`LMReply.state`). None: send them.
     known_epoch: NonNegativeInt | None = None
+    # The LM epoch the GM planned these placements on: a later incarnation of the LM refuses
+    # them (`lm_restarted`), since it cannot know whether the earlier one ran them. None: no
+    # check.
+    lm_epoch: NonNegativeInt | None = None
 
 
 class PreemptRequest(WireModel):
@@ -309,6 +313,7 @@ class PreemptRequest(WireModel):
     placement: PlacementWire
     victims: list[Name] = Field(min_length=1)  # attempt ids running on the placement's node
     known_epoch: NonNegativeInt | None = None  # as in LaunchRequest
+    lm_epoch: NonNegativeInt | None = None  # as in LaunchRequest
 
 
 class CancelRequest(WireModel):
@@ -344,6 +349,7 @@ def launch_request_to_wire(send: SendLaunch, gm: str,
         kind=send.kind.value,
         placements=[placement_to_wire(p) for p in send.placements],
         known_epoch=known_epoch,
+        lm_epoch=send.lm_epoch,
     )
 
 
@@ -354,6 +360,7 @@ def launch_requested_from_wire(wire: LaunchRequest, stimulus_id: str) -> LaunchR
         request_id=wire.request_id,
         kind=RequestKind(wire.kind),
         placements=tuple(placement_from_wire(p) for p in wire.placements),
+        lm_epoch=wire.lm_epoch,
     )
 
 
@@ -365,6 +372,7 @@ def preempt_request_to_wire(send: SendPreempt, gm: str,
         placement=placement_to_wire(send.placement),
         victims=list(send.victims),
         known_epoch=known_epoch,
+        lm_epoch=send.lm_epoch,
     )
 
 
@@ -375,6 +383,7 @@ def preempt_requested_from_wire(wire: PreemptRequest, stimulus_id: str) -> Preem
         request_id=wire.request_id,
         placement=placement_from_wire(wire.placement),
         victims=tuple(wire.victims),
+        lm_epoch=wire.lm_epoch,
     )
 
 

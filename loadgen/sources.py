@@ -262,9 +262,12 @@ def _check_source_options(args: argparse.Namespace) -> None:
 
 
 def build_workload(args: argparse.Namespace, federation: Federation, config: Path,
-                   prefix: str, progress: Progress = quiet) -> Workload:
+                   prefix: str, progress: Progress = quiet,
+                   task_cpu_m: int | None = None) -> Workload:
     """The jobs the options describe: read or generated, realized, fitted. Job ids are
-    `{prefix}-{key}`, or the bare key when `prefix` is empty."""
+    `{prefix}-{key}`, or the bare key when `prefix` is empty. `task_cpu_m`: what every task
+    will take whatever it asks (slot mode), for `--target-load` to measure the load the
+    cluster sees."""
     _check_source_options(args)
     plan = Scaling(max_jobs=args.jobs, sample=args.sample, max_width=args.max_width,
                    duration_scale=args.duration_scale, time_scale=args.time_scale,
@@ -288,7 +291,8 @@ def build_workload(args: argparse.Namespace, federation: Federation, config: Pat
                                f"(queues: {', '.join(sorted(queues))})")
         if prefix:
             jobs = [replace(job, job_id=f"{prefix}-{job.job_id}") for job in jobs]
-        jobs = fit(select(jobs, plan, seed=args.seed), plan, cluster_cpu_m=cluster_cpu)
+        jobs = fit(select(jobs, plan, seed=args.seed), plan, cluster_cpu_m=cluster_cpu,
+                   task_cpu_m=task_cpu_m)
         return Workload(jobs, args.trace.name, cluster_cpu)
     realization = _realization(args, federation, config)
     shapes, name = _shapes(args, federation)
@@ -296,4 +300,5 @@ def build_workload(args: argparse.Namespace, federation: Federation, config: Pat
         raise InvalidInput(name, "has no jobs")
     shapes = select(shapes, plan, seed=args.seed)
     jobs = realize(shapes, realization, prefix, progress)
-    return Workload(fit(jobs, plan, cluster_cpu_m=cluster_cpu), name, cluster_cpu)
+    return Workload(fit(jobs, plan, cluster_cpu_m=cluster_cpu, task_cpu_m=task_cpu_m), name,
+                    cluster_cpu)

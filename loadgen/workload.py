@@ -122,14 +122,20 @@ def from_trace(jobs: Sequence[TraceJob]) -> list[JobShape]:
                      durations=job.durations, estimate=job.estimate) for job in jobs]
 
 
-def offered_load(jobs: Sequence[ReplayJob], cluster_cpu_m: int) -> float | None:
-    """Offered cpu load as a fraction of the cluster's; None when all jobs arrive at once."""
+def offered_load(jobs: Sequence[ReplayJob], cluster_cpu_m: int,
+                 task_cpu_m: int | None = None) -> float | None:
+    """Offered cpu load as a fraction of the cluster's; None when all jobs arrive at once.
+    `task_cpu_m`: what every task takes whatever it asks (the simulator's slot mode gives
+    each task a whole slot)."""
     if len(jobs) < 2 or cluster_cpu_m <= 0:
         return None
     span = jobs[-1].arrival - jobs[0].arrival
     if span <= 0:
         return None
-    work = sum(t.cpu_m * t.duration for job in jobs for t in job.tasks)
+    if task_cpu_m is None:
+        work = sum(t.cpu_m * t.duration for job in jobs for t in job.tasks)
+    else:
+        work = task_cpu_m * sum(t.duration for job in jobs for t in job.tasks)
     return work / (span * cluster_cpu_m)
 
 
@@ -152,8 +158,9 @@ def select(jobs: Sequence[Job], plan: Scaling, *, seed: int) -> list[Job]:
     return [replace(job, arrival=job.arrival - origin) for job in kept]
 
 
-def fit(jobs: Sequence[ReplayJob], plan: Scaling, *, cluster_cpu_m: int) -> list[ReplayJob]:
-    """Step 2 of the module docstring."""
+def fit(jobs: Sequence[ReplayJob], plan: Scaling, *, cluster_cpu_m: int,
+        task_cpu_m: int | None = None) -> list[ReplayJob]:
+    """Step 2 of the module docstring; `task_cpu_m` as in `offered_load`."""
     fitted = list(jobs)
     if plan.duration_scale != 1.0:
         factor = plan.duration_scale
@@ -164,7 +171,7 @@ def fit(jobs: Sequence[ReplayJob], plan: Scaling, *, cluster_cpu_m: int) -> list
                   for job in fitted]
     time_scale = plan.time_scale
     if plan.target_load is not None:
-        load = offered_load(fitted, cluster_cpu_m)
+        load = offered_load(fitted, cluster_cpu_m, task_cpu_m)
         if load is None:
             raise InvalidInput("target_load", "needs jobs arriving over a span of time")
         time_scale = load / plan.target_load

@@ -200,7 +200,9 @@ def simulate_once(args: argparse.Namespace, scheduler: str, federation: Federati
 
 def _simulate(args: argparse.Namespace, scheduler: str, federation: Federation,
               where: str, log_path: Path | None, name: str | None) -> dict:
-    workload = build_workload(args, federation, Path(str(where)), prefix="")
+    # in slot mode each task takes a whole slot, whatever the workload asked for it
+    workload = build_workload(args, federation, Path(str(where)), prefix="",
+                              task_cpu_m=SLOT[0] if args.slots else None)
     jobs = job_specs(workload.jobs, SLOT if args.slots else None)
     delay = DelayModel.parse(args.delay)
     log = SimLog(name or scheduler, log_path)

@@ -35,8 +35,6 @@ from common.commands import (
     PublishHeartbeat,
     PublishTaskEvent,
     RunTask,
-    StartOnWorker,
-    StopOnWorker,
 )
 from common.errors import InvalidInput
 from common.events import HeartbeatReceived, JobSubmitted, TaskRunEnded, Tick
@@ -48,13 +46,11 @@ from common.reasons import Reason
 from common.resources import Resources
 from common.routing import GM, LM, ROUTES, WORKER, Receiver, Route, StimulusIds
 from common.startlog import TIMED_EVENTS, gm_starting, lm_capacity
-from common.worker import AttemptState as WorkerAttemptState
 from common.worker import WorkerAgent
 from simulator.engine import DelayModel, Engine
 from simulator.eventlog import SimLog
 
 PROCESSING_MODELS = ("none", "measured")
-_LIVE_AT_WORKER = (WorkerAttemptState.QUEUED, WorkerAttemptState.RUNNING)
 
 
 class InvariantBroken(AssertionError):
@@ -74,10 +70,11 @@ class RunOutcome:
     jobs: int
     rejected: dict[str, str] = field(default_factory=dict)  # job id -> reason
     ended: dict[str, str] = field(default_factory=dict)  # job id -> state
-    completions: dict[str, int] = field(default_factory=dict)  # task id -> runs completed
-    # task id -> finishes its LMs published, for tasks that had redundant copies: copies
-    # race, and more than one may run to its end; the task completes once, at its LM
-    copied_finishes: dict[str, int] = field(default_factory=dict)
+    # task id -> the finishes of it its LMs published: the runs that completed it. A run
+    # that ended while its LM was stopping it (a preemption, a cancel, a losing copy, all
+    # crossing its end on the way) ran, but its LM had given it up and discards its end;
+    # only the LM's acceptance makes a completion, and there must be one per task
+    completions: dict[str, int] = field(default_factory=dict)
     virtual_s: float = 0.0
     steps: int = 0
 
@@ -118,8 +115,7 @@ class FederatedSimulation:
         self.worker_lm = federation.workers()
         self.queue_gm = {queue.name: queue.gm for queue in federation.queues}
         self.outcome = RunOutcome(jobs=len(self.jobs))
-        self._running: dict[str, tuple[_Actor, str, float]] = {}  # attempt -> worker, task,
-        # duration
+        self._running: dict[str, tuple[_Actor, float]] = {}  # attempt -> worker, duration
         self.ids = StimulusIds()
         # command type -> what this driver does with it: its own effects, and the deliveries
         # to other cores that common/routing.py describes
@@ -127,14 +123,6 @@ class FederatedSimulation:
             Log: self._log, RunTask: self._run_task, KillTask: self._kill,
             JobEnded: self._job_ended}
         self._routes.update((kind, self._delivery(route)) for kind, route in ROUTES.items())
-        # attempts their LM has stopped (preempted, cancelled) before their worker heard: one
-        # that ends meanwhile ran, but its LM had already given it up and discards its end,
-        # so it is no completion of its task
-        self._revoked: set[str] = set()
-        self._routes[StopOnWorker] = partial(self._stop, self._routes[StopOnWorker])
-        # tasks with redundant copies: their completions count where their LM decides them
-        self._copied: set[str] = set()
-        self._routes[StartOnWorker] = partial(self._start, self._routes[StartOnWorker])
         self._routes[PublishTaskEvent] = partial(self._task_event,
                                                  self._routes[PublishTaskEvent])
         self._finished_reports = 0
@@ -270,35 +258,21 @@ class FederatedSimulation:
                       took if event in TIMED_EVENTS else None)
 
     def _run_task(self, source: _Actor, c: RunTask, cause: str, at: float, took: float) -> None:
-        run = (source, c.attempt_id.rpartition("#")[0], c.duration or 0.0)
+        run = (source, c.duration or 0.0)
         self._running[c.attempt_id] = run
-        # the end carries its run: a run killed (suspended) and run again has an end of its own
-        self.engine.at(at + run[2], self._task_ran, (c.attempt_id, run))
+        # the end carries its run: a run killed (suspended, restored) and run again has an end
+        # of its own
+        self.engine.at(at + run[1], self._task_ran, (c.attempt_id, run))
 
     def _kill(self, source: _Actor, c: KillTask, cause: str, at: float, took: float) -> None:
         self._running.pop(c.attempt_id, None)  # its scheduled end finds nothing to end
-        if source.core.state_of(c.attempt_id) not in _LIVE_AT_WORKER:
-            # ended for good; a suspended attempt runs again (a restored one at once), and a
-            # stop may still reach it
-            self._revoked.discard(c.attempt_id)
-
-    def _stop(self, deliver: Callable, source: _Actor, c: StopOnWorker, cause: str, at: float,
-              took: float) -> None:
-        self._revoked.add(c.attempt_id)
-        deliver(source, c, cause, at, took)
-
-    def _start(self, deliver: Callable, source: _Actor, c: StartOnWorker, cause: str,
-               at: float, took: float) -> None:
-        if c.placement.copy_of is not None:
-            self._copied.add(c.placement.task.task_id)
-        deliver(source, c, cause, at, took)
 
     def _task_event(self, deliver: Callable, source: _Actor, c: PublishTaskEvent, cause: str,
                     at: float, took: float) -> None:
         event = c.event
-        if event.kind is Reason.FINISHED and event.task_id in self._copied:
-            finishes = self.outcome.copied_finishes
-            finishes[event.task_id] = finishes.get(event.task_id, 0) + 1
+        if event.kind is Reason.FINISHED:
+            completions = self.outcome.completions
+            completions[event.task_id] = completions.get(event.task_id, 0) + 1
         deliver(source, c, cause, at, took)
 
     def _job_ended(self, source: _Actor, c: JobEnded, cause: str, at: float,
@@ -315,12 +289,7 @@ class FederatedSimulation:
         if self._running.get(attempt) is not run:
             return  # killed before its end (and maybe run again: that run has its own end)
         del self._running[attempt]
-        worker, task, duration = run
-        if attempt in self._revoked:
-            self._revoked.discard(attempt)
-        elif task not in self._copied:  # its LM decides which of a copied task's runs counts
-            completions = self.outcome.completions
-            completions[task] = completions.get(task, 0) + 1
+        worker, duration = run
         worker.receive(TaskRunEnded(self.ids.new("ran"), attempt, duration))
 
     # -- the log's first lines, as the services write them ------------------------------------
@@ -347,7 +316,6 @@ class FederatedSimulation:
             raise InvariantBroken(f"{len(dropped)} accepted job(s) never ended, e.g. "
                                   f"{sorted(dropped)[0]}")
         twice = [task for task, runs in self.outcome.completions.items() if runs > 1]
-        twice += [task for task, runs in self.outcome.copied_finishes.items() if runs > 1]
         if twice:
             raise InvariantBroken(f"{len(twice)} task(s) ran to completion twice, e.g. "
                                   f"{twice[0]}")

@@ -9,7 +9,10 @@
                   3sigma-tl, point-est, las, fifo, oracle) on a drifting synthetic workload
                   and on YH1_sub, at load 1 (`slearn.py`)
     redundancy    the SRPT+R paper's study: SRPT, Fair and LAPS with and without redundant
-                  copies, one-task jobs on 100 machines of varying speed (`redundancy.py`)
+                  copies, one-task jobs on 100 machines of varying speed (`redundancy.py`);
+                  `--preset federated`: the copy policies (none, srpt+r, fair+r, laps+r) on the
+                  federated cluster, YH1_sub's jobs on 400 slots of varying speed in 4 LMs, at
+                  offered loads 0.5 to 1.2 (`redundancy_cluster.py`)
 
 `--values` changes what is swept (schedulers; node counts; GxL pairs; seconds). Every run's
 event log, the figures of all runs (JSON) and a side-by-side table go to `--out`, and
@@ -35,6 +38,7 @@ from simulator.experiments import redundancy
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 BUNDLED_TRACE = ROOT / "deploy" / "workloads" / "YH1_sub.tr"
+NODES_PER_WORKER = 100  # `megha simulate`'s default, for the experiments that keep it
 EXPERIMENTS = {
     # name: (what --values lists, its default, cluster defaults)
     "baselines": ("schedulers", "megha,centralized,sparrow,random",
@@ -60,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     simulate.add_arguments(parser)
     redundancy.add_arguments(parser)
     for action in parser._actions:  # the cluster's defaults depend on the experiment
-        if action.dest in ("gms", "lms"):
+        if action.dest in ("gms", "lms", "nodes_per_worker"):
             action.default = None
 
 
@@ -121,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         heartbeat = 10.0 if shape["heartbeat"] is None else shape["heartbeat"]
         federation = shaped_federation(
             shape["nodes"], gms, lms, slots=args.slots, node=simulate.parse_node(args.node),
-            nodes_per_worker=args.nodes_per_worker, heartbeat_interval=heartbeat,
+            nodes_per_worker=args.nodes_per_worker or NODES_PER_WORKER,
+            heartbeat_interval=heartbeat,
             seed=args.seed)
         federation = simulate.with_overrides(federation, args)
         where = f"{shape['nodes']} nodes, {gms} GMs, {lms} LMs, heartbeat {heartbeat:g} s"

@@ -19,6 +19,10 @@ Writes `results.json` (the experiments' schema: `runs[].name`, `jct` for the flo
 `counts`, plus `rate`, `policy`, per-seed means and a flowtime CDF), `table.txt` (mean
 flowtime per policy and rate, and its ratio to SRPT), and with `--html` a page with the
 flowtime-versus-lambda plot and the flowtime CDFs.
+
+That is `--preset paper`, the default. `--preset federated` runs the study on the federated
+cluster instead, multi-task jobs of a trace (`redundancy_cluster.py`); the two share the
+table and the page (`Sweep`, `write_study`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import io
 import json
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,25 +48,71 @@ from simulator.redundancy import RedundancySim, RunResult, Workload
 
 DEFAULT_POLICIES = "srpt,srpt+r,fair,fair+r,laps,laps+r"
 DEFAULT_RATES = "1,1.5,2,2.5"
+DEFAULT_MACHINES = 100
+DEFAULT_HORIZON = 20_000
 BASELINE = "srpt"
+DEFAULT_LOADS = "0.5,0.8,1.0,1.2"  # light traffic to saturated
+DEFAULT_MAX_COPIES = 4
+PRESETS = ("paper", "federated")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """How a redundancy study's table, plots and page name what it sweeps and measures: the
+    paper's arrival rates and flowtimes, or the federated cluster's offered loads and JCTs."""
+
+    field: str  # the runs' key of the swept value: "rate" or "load"
+    heading: str  # a value's column heading, {value} standing for it: "λ={value:g}"
+    axis: str  # the plot's x axis
+    measure: str  # what the runs measure: "flowtime" or "JCT"
+    cdf: Callable[[dict], dict | None]  # a run's CDF of that measure
+    baseline: str  # the policy the others are compared to
+    cluster: str  # what the runs ran on, for the plot's title
+    title: str  # the page's heading
+
+    def column(self, value: float) -> str:
+        return self.heading.format(value=value)
+
+
+def _paper_sweep(machines: int) -> Sweep:
+    return Sweep(field="rate", heading="λ={value:g}", axis="arrival rate λ (jobs per time unit)",
+                 measure="flowtime", cdf=lambda run: run["flowtime_cdf"], baseline=BASELINE,
+                 cluster=f"{machines} machines of varying speed",
+                 title="Redundancy and machine variability")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from simulator.experiments import redundancy_cluster
+
     group = parser.add_argument_group("redundancy experiment")
-    group.add_argument("--machines", type=int, default=100,
+    group.add_argument("--preset", choices=PRESETS, default="paper",
+                       help=f"redundancy: paper (default), the paper's model: one-task jobs on "
+                            f"--machines machines of varying speed; federated, the federated "
+                            f"cluster's copies: {redundancy_cluster.HELP}")
+    group.add_argument("--machines", type=int, default=DEFAULT_MACHINES,
                        help="redundancy: machines (default 100, the paper's)")
     group.add_argument("--rates", default=DEFAULT_RATES,
                        help=f"redundancy: arrival rates, jobs per time unit (default "
                             f"{DEFAULT_RATES})")
-    group.add_argument("--horizon", type=int, default=20_000,
+    group.add_argument("--horizon", type=int, default=DEFAULT_HORIZON,
                        help="redundancy: time units of arrivals (default 20000)")
     group.add_argument("--seeds", type=int, default=3,
                        help="redundancy: seeds per point, for confidence intervals (default 3)")
     group.add_argument("--beta", type=float, default=0.5,
-                       help="redundancy: LAPS's share of the latest jobs (default 0.5)")
+                       help="redundancy: LAPS's share of the latest jobs, laps+r's of the running "
+                            "tasks (default 0.5)")
     group.add_argument("--speed", choices=("two-state", "gamma", "constant"),
                        default="two-state",
                        help="redundancy: machine rates (default two-state, the paper's)")
+    group.add_argument("--loads", default=DEFAULT_LOADS,
+                       help=f"redundancy, federated: offered loads, the share of the slots the "
+                            f"arriving tasks ask for (default {DEFAULT_LOADS})")
+    group.add_argument("--max-copies", type=int, default=DEFAULT_MAX_COPIES,
+                       help=f"redundancy, federated: copies of one task, the original included "
+                            f"(default {DEFAULT_MAX_COPIES}, the federation file's; 0: no bound)")
+    group.add_argument("--workers", type=int, default=None,
+                       help="redundancy, federated: runs at once, one process each (default: "
+                            "the CPU count)")
 
 
 def _parse(args: argparse.Namespace) -> tuple[list[str], list[float]]:
@@ -111,6 +163,10 @@ def _summary(results: list[RunResult]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.preset == "federated":
+        from simulator.experiments import redundancy_cluster
+
+        return redundancy_cluster.run(args)
     policies, rates = _parse(args)
     speed = SpeedModel(kind=args.speed)
     out = args.out or Path("experiments") / "redundancy"
@@ -135,74 +191,88 @@ def run(args: argparse.Namespace) -> int:
                   f"± {overall['ci95']:.1f}  p50 {overall['p50']:6.1f}  checkpoints/job "
                   f"{counts['checkpoints_per_job']:.1f}  wasted "
                   f"{counts['wasted_work_share']:.2f} of useful work{unfinished}", flush=True)
-    (out / "results.json").write_text(json.dumps(
-        {"experiment": "redundancy", "machines": args.machines, "speed": speed.describe(),
-         "horizon": args.horizon, "seeds": args.seeds, "beta": args.beta, "runs": runs},
-        indent=1))
-    table = _table(runs, policies, rates)
-    console = Console(width=160)
-    console.print(table)
-    with (out / "table.txt").open("w") as file:
-        Console(file=file, width=160).print(table)
-    if args.html is not None:
-        _write_html(args.html, runs, policies, rates, table, args.machines)
-        print(f"report in {args.html}")
+    results = {"experiment": "redundancy", "machines": args.machines,
+               "speed": speed.describe(), "horizon": args.horizon, "seeds": args.seeds,
+               "beta": args.beta, "runs": runs}
+    sweep = _paper_sweep(args.machines)
+    write_study(out, results, [mean_table(runs, policies, rates, sweep)], sweep, policies, rates,
+                args.html)
     print(f"results in {out}/ (results.json, table.txt); "
           f"{time.perf_counter() - started:.0f} s")
     return 0
 
 
-def _table(runs: list[dict], policies: list[str], rates: list[float]) -> Table:
-    by = {(run["policy"], run["rate"]): run["jct"]["overall"] for run in runs}
-    table = Table(title="Mean flowtime (± 95% CI over seeds), and / srpt")
-    table.add_column("policy")
-    for rate in rates:
-        table.add_column(f"λ={rate:g}")
-        table.add_column("/ srpt")
+def write_study(out: Path, results: dict, tables: list[Table], sweep: Sweep,
+                policies: list[str], values: list[float], html: Path | None) -> None:
+    """results.json, the tables on the terminal and in table.txt, and with `html` the page of
+    tables and plots."""
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    console = Console(width=160)
+    with (out / "table.txt").open("w") as file:
+        for shown in tables:
+            console.print(shown)
+            Console(file=file, width=160).print(shown)
+    if html is not None:
+        _write_html(html, results["runs"], policies, values, tables, sweep)
+        print(f"report in {html}")
+
+
+def mean_table(runs: list[dict], policies: list[str], values: list[float], sweep: Sweep) -> Table:
+    """The mean of each policy at each swept value, ± its 95% CI, and over the baseline's."""
+    by = {(run["policy"], run[sweep.field]): run["jct"]["overall"] for run in runs}
+    shown = Table(title=f"Mean {sweep.measure} (± 95% CI over seeds), and / {sweep.baseline}")
+    shown.add_column("policy")
+    for value in values:
+        shown.add_column(sweep.column(value))
+        shown.add_column(f"/ {sweep.baseline}")
     for policy in policies:
         row = [policy]
-        for rate in rates:
-            figure = by[(policy, rate)]
-            base = by.get((BASELINE, rate))
+        for value in values:
+            figure = by[(policy, value)]
+            base = by.get((sweep.baseline, value))
             row += [f"{figure['mean']:.1f} ± {figure['ci95']:.1f}",
                     f"{figure['mean'] / base['mean']:.2f}" if base else "-"]
-        table.add_row(*row)
-    return table
+        shown.add_row(*row)
+    return shown
 
 
-def _plots(runs: list[dict], policies: list[str], rates: list[float],
-           machines: int) -> dict[str, bytes]:
-    """Mean flowtime against the arrival rate, one line per policy; a flowtime CDF per rate."""
+def _plots(runs: list[dict], policies: list[str], values: list[float],
+           sweep: Sweep) -> dict[str, bytes]:
+    """The mean against the swept value, one line per policy; a CDF per value."""
     from inspection.plots import cdf_plot, new_figure, png_bytes, run_style
 
-    by = {(run["policy"], run["rate"]): run for run in runs}
+    by = {(run["policy"], run[sweep.field]): run for run in runs}
+    slug = sweep.measure.lower()
     figure = new_figure()
     axes = figure.add_subplot()
     for index, policy in enumerate(policies):
-        figures = [by[(policy, rate)]["jct"]["overall"] for rate in rates]
-        axes.errorbar(rates, [f["mean"] for f in figures], yerr=[f["ci95"] for f in figures],
+        figures = [by[(policy, value)]["jct"]["overall"] for value in values]
+        axes.errorbar(values, [f["mean"] for f in figures], yerr=[f["ci95"] for f in figures],
                       marker="o", capsize=3, label=policy, **run_style(index))
-    axes.set(xlabel="arrival rate λ (jobs per time unit)", ylabel="mean flowtime",
-             title=f"Mean flowtime against load ({machines} machines of varying speed)")
+    axes.set(xlabel=sweep.axis, ylabel=f"mean {sweep.measure}",
+             title=f"Mean {sweep.measure} against load ({sweep.cluster})")
     axes.grid(alpha=0.3)
     axes.legend()
-    pictures = {"flowtime_vs_rate.png": png_bytes(figure)}
-    for rate in rates:
-        at_rate = [by[(policy, rate)] for policy in policies]
-        figure = cdf_plot(at_rate, lambda run: run["flowtime_cdf"], 1.0,
-                          f"Flowtime CDF at λ={rate:g}", "flowtime (log scale)", log=True)
-        pictures[f"flowtime_cdf_{rate:g}.png"] = png_bytes(figure)
+    pictures = {f"{slug}_vs_{sweep.field}.png": png_bytes(figure)}
+    for value in values:
+        at_value = [by[(policy, value)] for policy in policies]
+        figure = cdf_plot(at_value, sweep.cdf, 1.0,
+                          f"{sweep.measure[:1].upper()}{sweep.measure[1:]} CDF at "
+                          f"{sweep.column(value)}", f"{sweep.measure} (log scale)", log=True)
+        if figure is not None:
+            pictures[f"{slug}_cdf_{value:g}.png"] = png_bytes(figure)
     return pictures
 
 
-def _write_html(path: Path, runs: list[dict], policies: list[str], rates: list[float],
-                table: Table, machines: int) -> None:
+def _write_html(path: Path, runs: list[dict], policies: list[str], values: list[float],
+                tables: list[Table], sweep: Sweep) -> None:
     console = Console(record=True, width=160, file=io.StringIO())
-    console.print(table)
+    for shown in tables:
+        console.print(shown)
     images = "".join(
         f'<h2>{name[:-4].replace("_", " ")}</h2><img src="data:image/png;base64,'
         f'{base64.b64encode(data).decode()}">'
-        for name, data in _plots(runs, policies, rates, machines).items())
+        for name, data in _plots(runs, policies, values, sweep).items())
     path.write_text(f"<!doctype html><meta charset='utf-8'><title>megha experiment "
-                    f"redundancy</title><h1>Redundancy and machine variability</h1>"
+                    f"redundancy</title><h1>{sweep.title}</h1>"
                     f"<pre>{console.export_text()}</pre>{images}")

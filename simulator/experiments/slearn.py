@@ -81,7 +81,7 @@ def _predictors(values: str | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.experiments import write_results
+    from simulator.experiments import NODES_PER_WORKER, write_results
 
     for option in ("log", "results", "config", "job_policy"):
         if getattr(args, option) is not None:
@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         reports = []
         for predictor in predictors:
             federation = shaped_federation(
-                nodes, gms, lms, slots=True, nodes_per_worker=args.nodes_per_worker,
+                nodes, gms, lms, slots=True,
+                nodes_per_worker=args.nodes_per_worker or NODES_PER_WORKER,
                 heartbeat_interval=heartbeat, policies={"job": predictor}, seed=args.seed)
             federation = simulate.with_overrides(
                 federation, argparse.Namespace(variability=args.variability))

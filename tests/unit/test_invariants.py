@@ -1039,6 +1039,30 @@ def test_task_finishing_while_its_lm_restarts_still_ends_its_job() -> None:
     drain_and_check(fed, ["a"])
 
 
+def test_a_launch_planned_before_an_lm_restart_is_refused_by_the_new_lm() -> None:
+    """Found by the redundancy machine: a launch request delivered twice (a retried POST),
+    the second copy after lm-1 and its worker agent had both restarted. Neither remembered
+    the attempt id, so the new LM launched a/0#0.1 again and its worker started it a second
+    time. A request now carries the LM epoch its GM planned on; a later incarnation refuses
+    it (`lm_restarted`) and the GM places the task again under a new attempt id."""
+    fed = federation_of({"lm-1": [frozenset()]})
+    fed.submit("gm-1", make_job("a", "u1", [(1000, 1024, frozenset())]))
+    [request] = [m for m in fed.network if isinstance(m.event, LaunchRequested)]
+    fed.run_until_quiet()
+    restart_lm(fed, "lm-1")
+    worker = next(iter(fed.workers))
+    fed.workers[worker] = WorkerAgent(worker, list(fed.lms["lm-1"].topology.nodes))
+    fed.executing.clear()  # the old worker's run died with it
+    fed.heartbeat_workers()  # the new LM hears an empty worker: its recovery ends
+    fed.network.append(Message(request.role, request.target, request.event))  # the retry
+    fed.run_until_quiet()
+    refused = [r.fields for s, r in fed.logs if s == "lm-1" and r.event == "launch_refused"]
+    assert [f["reason"] for f in refused] == ["lm_restarted"]
+    drain_and_check(fed, ["a"])
+    started = Counter(r.fields["attempt"] for _, r in fed.logs if r.event == "task_started")
+    assert started["a/0#0.1"] == 1
+
+
 def test_tasks_queued_at_a_worker_take_their_jobs_new_priority() -> None:
     """Local queues: w's tasks wait at the node's worker keyed by w's remaining work as the
     GM sent it (4 tasks of 5 s: 20, then 15). When half of it is done, the GM sends 10 to the

@@ -153,3 +153,39 @@ def test_the_redundancy_experiment_runs_every_policy_at_every_rate(tmp_path) -> 
                               "--values", "srpt,edf"], capture_output=True, text=True, cwd=ROOT,
                              timeout=60)
     assert refused.returncode == 2 and "'edf' is not an allocation policy" in refused.stderr
+
+
+def test_the_federated_preset_runs_every_copy_policy_at_every_load(tmp_path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "megha", "experiment", "redundancy", "--preset", "federated",
+         "--jobs", "20", "--nodes", "40", "--lms", "2", "--loads", "0.5,1.2", "--seeds", "2",
+         "--workers", "1", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+        timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["experiment"] == "redundancy" and results["preset"] == "federated"
+    runs = {(run["policy"], run["load"]): run for run in results["runs"]}
+    assert set(runs) == {(policy, load) for policy in ("none", "srpt+r", "fair+r", "laps+r")
+                         for load in (0.5, 1.2)}
+    for (policy, load), run in runs.items():
+        assert run["name"] == f"{policy} load={load:g}"
+        assert run["jct"]["overall"]["mean"] > 0 and len(run["seed_means"]) == 2
+        assert run["counts"]["jobs_done"] == 2 * 20
+    assert all(runs[("none", load)]["redundancy"]["copies_launched"] == 0 for load in (0.5, 1.2))
+    assert all(runs[("srpt+r", load)]["redundancy"]["copies_launched"] > 0 for load in (0.5, 1.2))
+    assert "/ none" in (tmp_path / "table.txt").read_text()
+    assert (tmp_path / "srpt+r-load0.5-seed1.log").stat().st_size > 0
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--values", "none,srpt", "'srpt' is not a copy policy"),
+    ("--loads", "0.5,high", "expected numbers separated by commas"),
+    ("--loads", "0.5,0", "must be a positive number"),
+])
+def test_the_federated_preset_refuses_a_bad_sweep_naming_the_option(option, value,
+                                                                     message) -> None:
+    refused = subprocess.run([sys.executable, "-m", "megha", "experiment", "redundancy",
+                              "--preset", "federated", option, value], capture_output=True,
+                             text=True, cwd=ROOT, timeout=60)
+    assert refused.returncode == 2
+    assert f"{option}: " in refused.stderr and message in refused.stderr

@@ -178,3 +178,21 @@ def test_the_slearn_experiment_compares_predictors_on_both_workloads(tmp_path):
                               "--values", "slearn,sjf"], capture_output=True, text=True,
                              cwd=ROOT, timeout=60)
     assert refused.returncode == 2 and "'sjf' is not a job policy" in refused.stderr
+
+
+@pytest.mark.parametrize("load", [0.5, 1.2])
+def test_target_load_in_slot_mode_is_the_load_the_slots_see(tmp_path, load):
+    """Every task takes a whole slot in slot mode, whatever cpu the workload gave it (500 m
+    by default): `--target-load` counts slots, or a 'load 1' would have been load 2."""
+    path = tmp_path / "run.log"
+    done = subprocess.run(
+        [sys.executable, "-m", "megha", "simulate", "--nodes", "50", "--gms", "1", "--lms", "1",
+         "--slots", "--trace", str(ROOT / "deploy" / "workloads" / "YH1_sub.tr"),
+         "--jobs", "40", "--target-load", str(load), "--log", str(path)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    arrivals = [e["arrival"] for e in events if e["event"] == "job_arrived"]
+    work = sum(e["duration"] for e in events if e["event"] == "task_started"
+               and not e.get("resumed"))
+    assert work / ((max(arrivals) - min(arrivals)) * 50) == pytest.approx(load, rel=1e-6)
