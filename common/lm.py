@@ -420,8 +420,13 @@ class LocalMaster:
                           runtime=event.runtime if runtime is None else runtime,
                           detail=f"won by copy {event.attempt_id}", stop=True)
         else:
-            step.emit(Log("worker_report_ignored", {"attempt": event.attempt_id,
-                                                    "kind": "finished"}))
+            # a run that crossed its end on the way (its preemption, say) did its work for
+            # nothing: `finished_after_end` says so; an attempt never known, `ignored`
+            ended = self._attempts.ended.get(event.attempt_id)
+            step.emit(Log("worker_report_ignored" if ended is None else "finished_after_end",
+                          {"attempt": event.attempt_id, "kind": "finished", "lm": self.lm,
+                           "ended": None if ended is None else str(ended),
+                           "runtime": event.runtime}))
 
     def _on_checkpointed(self, event: WorkerTaskCheckpointed, step: Step) -> None:
         copies = self._copies
@@ -438,8 +443,9 @@ class LocalMaster:
             copies.copy_ended(step, event.attempt_id, event.work, event.detail)
             return
         if event.attempt_id not in self._attempts.running:
-            step.emit(Log("worker_report_ignored", {"attempt": event.attempt_id,
-                                                    "kind": "failed"}))
+            if event.attempt_id not in self._attempts.ended:  # the answer to its own stop
+                step.emit(Log("worker_report_ignored", {"attempt": event.attempt_id,
+                                                        "kind": "failed"}))
         else:
             self._end(step, event.attempt_id, Reason.FAILED, detail=event.detail)
 

@@ -19,9 +19,10 @@ nothing in the LM's books: GMs see its node free, and a real launch there cancel
 (`node_taken`).
 
 Checkpoints: a copy starts from its group's best progress; launching it also asks the
-workers of the group's other attempts for their progress (`CheckpointOnWorker`). Whenever a
-report (a checkpoint, or the progress a cancelled copy had made) raises the best, every other
-live attempt of the group is told to continue from it (`RestoreOnWorker`).
+workers of the group's other attempts for their progress (`CheckpointOnWorker`), a round.
+When the round's last answer is in (or the attempts it waited for are gone), every live
+attempt of the group behind the best is told to continue from it (`RestoreOnWorker`); the
+progress a cancelled copy had made is shared at once, if it was ahead.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class Group:
     launched: int = 0  # copies launched in all
     winner: str | None = None  # the copy whose finish ended the task, and its node
     winner_node: str | None = None
+    # a checkpoint round: the attempts whose progress is still awaited, and what those that
+    # answered (or started since, from `best_work`) have done
+    asked: set[str] = field(default_factory=set)
+    heard: dict[str, float] = field(default_factory=dict)
 
 
 class CopyBook:
@@ -145,7 +150,7 @@ class CopyBook:
         original = copy.placement.copy_of
         group = self.groups[original]
         group.winner, group.winner_node = copy_id, copy.placement.node_id
-        self._drop(group, copy_id)
+        self._drop(step, group, copy_id)
         return original
 
     def runtime_of(self, original: str, now: float) -> float | None:
@@ -159,7 +164,7 @@ class CopyBook:
         copy = self.copies.get(copy_id)
         if copy is not None:  # refused or lost by its worker: it is simply gone
             group = self.groups[copy.placement.copy_of]
-            self._drop(group, copy_id)
+            self._drop(step, group, copy_id)
             step.emit(Log("copy_cancelled", self._fields(copy, why="worker_ended",
                                                          detail=detail)))
             self.dirty = True
@@ -172,20 +177,35 @@ class CopyBook:
         """Never reached its worker, or its worker no longer has it."""
         copy = self.copies.get(copy_id)
         if copy is not None:
-            self._drop(self.groups[copy.placement.copy_of], copy_id)
+            self._drop(step, self.groups[copy.placement.copy_of], copy_id)
             step.emit(Log("copy_cancelled", self._fields(copy, why="lost", detail=detail)))
             self.dirty = True
 
     def progress(self, step: Step, original: str, reporter: str, work: float) -> None:
-        """An attempt of `original`'s group reported `work` done (a checkpoint's answer, or
-        a cancelled copy's last progress): if ahead, the others continue from there."""
+        """An attempt of `original`'s group reported `work` done: an answer of its round
+        (the attempts behind the best continue from it once the round is complete), or a
+        cancelled copy's last progress (shared at once if ahead)."""
         group = self.groups.get(original)
-        if group is None or work <= group.best_work + _PROGRESS_EPSILON:
+        if group is None:
             return
-        group.best_work = work
+        ahead = work > group.best_work + _PROGRESS_EPSILON
+        if ahead:
+            group.best_work = work
+        if reporter in group.asked:
+            group.asked.discard(reporter)
+            group.heard[reporter] = work
+            if not group.asked:
+                self._restore_behind(step, group)
+        elif ahead and not group.asked:
+            self._restore_behind(step, group)
+
+    def _restore_behind(self, step: Step, group: Group) -> None:
+        """The round is over: every live attempt behind the best continues from it."""
+        best = group.best_work
         for member, worker in self._members(group):
-            if member != reporter:
-                step.emit(RestoreOnWorker(worker, member, work))
+            if group.heard.get(member, -1.0) < best - _PROGRESS_EPSILON:
+                step.emit(RestoreOnWorker(worker, member, best))
+        group.heard.clear()
 
     def acknowledge(self, copy_id: str) -> bool:
         """Its worker started or listed it; False if the book does not know it."""
@@ -220,7 +240,7 @@ class CopyBook:
             copy_id = self.on_node.get(i)
             if copy_id is not None:
                 copy = self.copies[copy_id]
-                self._drop(self.groups[copy.placement.copy_of], copy_id)
+                self._drop(step, self.groups[copy.placement.copy_of], copy_id)
                 step.emit(Log("copy_cancelled", self._fields(copy, why="node_down")))
         self.dirty = True
 
@@ -304,8 +324,11 @@ class CopyBook:
                 copies=len(group.copies))))
         if launched:
             group.checkpoints += 1
+            for copy_id in group.copies[-launched:]:  # they start from the best known now
+                group.heard[copy_id] = group.best_work
             by_worker: dict[str, list[str]] = {}
             for member, worker in checking:
+                group.asked.add(member)
                 by_worker.setdefault(worker, []).append(member)
             for worker, members in by_worker.items():
                 step.emit(CheckpointOnWorker(worker, tuple(members)))
@@ -314,7 +337,7 @@ class CopyBook:
 
     def _cancel(self, step: Step, group: Group, copy_id: str, why: str) -> None:
         copy = self.copies[copy_id]
-        self._drop(group, copy_id)
+        self._drop(step, group, copy_id)
         self._cancelled[copy_id] = (group.original, step.now)
         if len(self._cancelled) > CANCELLED_MEMORY:
             self._cancelled.popitem(last=False)
@@ -324,11 +347,16 @@ class CopyBook:
                                Reason.CANCELLED))
         step.emit(Log("copy_cancelled", self._fields(copy, why=why)))
 
-    def _drop(self, group: Group, copy_id: str) -> None:
+    def _drop(self, step: Step, group: Group, copy_id: str) -> None:
         copy = self.copies.pop(copy_id)
         group.copies.remove(copy_id)
         del self.on_node[copy.node_index]
         self.occupied[copy.node_index] = 0
+        group.heard.pop(copy_id, None)
+        if copy_id in group.asked:  # the round waits no more for it
+            group.asked.discard(copy_id)
+            if not group.asked and self.groups.get(group.original) is group:
+                self._restore_behind(step, group)
 
     def _members(self, group: Group) -> Iterator[tuple[str, str]]:
         """(attempt, its worker) of every live attempt of the group: the original, then its
@@ -391,9 +419,11 @@ class CopyBook:
         if len(self.on_node) != len(self.copies) or len(self.copies) > self.idle.count():
             raise InvariantViolated(f"{lm}: {len(self.copies)} copies, "
                                     f"{self.idle.count()} idle nodes")
-        for original in self.groups:
+        for original, group in self.groups.items():
             if original not in self.candidates:
                 raise InvariantViolated(f"{lm}: group of {original}, which does not run")
+            if not group.asked <= {original, *group.copies}:
+                raise InvariantViolated(f"{lm}: {original}'s round waits for attempts gone")
         if set(self.started_at) != set(self.candidates.ids()):
             raise InvariantViolated(f"{lm}: candidates and their start times differ")
         for attempt_id in self.started_at:

@@ -110,6 +110,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-copies", type=int, default=DEFAULT_MAX_COPIES,
                        help=f"redundancy, federated: copies of one task, the original included "
                             f"(default {DEFAULT_MAX_COPIES}, the federation file's; 0: no bound)")
+    group.add_argument("--logs", action="store_true",
+                       help="redundancy, federated: also write every run's event log into --out "
+                            "(about 150 MB a run with copies at the default size)")
     group.add_argument("--workers", type=int, default=None,
                        help="redundancy, federated: runs at once, one process each (default: "
                             "the CPU count)")

@@ -159,7 +159,8 @@ def test_the_federated_preset_runs_every_copy_policy_at_every_load(tmp_path) -> 
     done = subprocess.run(
         [sys.executable, "-m", "megha", "experiment", "redundancy", "--preset", "federated",
          "--jobs", "20", "--nodes", "40", "--lms", "2", "--loads", "0.5,1.2", "--seeds", "2",
-         "--workers", "1", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+         "--workers", "1", "--logs", "--out", str(tmp_path)], capture_output=True, text=True,
+        cwd=ROOT,
         timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
