@@ -127,7 +127,8 @@ def with_overrides(federation: Federation, args: argparse.Namespace) -> Federati
     if redundancy is not None:
         policies = policies.model_copy(update={
             "redundancy": policies.redundancy.model_copy(update={"policy": redundancy})})
-    federation = dataclasses.replace(federation, policies=policies)
+    if policies is not federation.policies:  # a new federation is checked again: only if so
+        federation = dataclasses.replace(federation, policies=policies)
     variability = getattr(args, "variability", None)
     if variability is not None:
         federation = dataclasses.replace(federation, variability=Variability(model=variability))
