@@ -96,6 +96,7 @@ class CopyBook:
         self.started_at: dict[str, float] = {}  # candidate -> when its start was heard
         self.copies: dict[str, Copy] = {}
         self.groups: dict[str, Group] = {}
+        self._copied: dict[str, Group] = {}  # the groups with live copies, scanned per decision
         self.on_node: dict[int, str] = {}
         # copy id -> (its original, when cancelled), for copies whose worker's report, or its
         # stop, may still be on the way
@@ -124,6 +125,7 @@ class CopyBook:
         self.candidates.discard(attempt_id)
         started = self.started_at.pop(attempt_id, None)
         group = self.groups.pop(attempt_id, None)
+        self._copied.pop(attempt_id, None)
         self.dirty = True
         if group is None:
             return
@@ -267,18 +269,19 @@ class CopyBook:
                 and accepting == self._accepting):
             return
         self.dirty = False
-        self._sync_idle(queued, accepting)
+        no_longer_idle = self._sync_idle(queued, accepting)
         if not self.copies and (not self.candidates or not self.idle.any()):
             return  # the common case under load: nothing idle, or nothing to copy
-        for i, copy_id in list(self.on_node.items()):
-            if not self.idle[i]:  # a node down, a GM's task there, the LM not taking work
+        for i in no_longer_idle:  # a node down, a GM's task there, the LM not taking work
+            copy_id = self.on_node.get(i)
+            if copy_id is not None:
                 copy = self.copies[copy_id]
                 why = ("node_down" if not self.state.up[i] else
                        "node_taken" if accepting else "reallocated")
                 self._cancel(step, self.groups[copy.placement.copy_of], copy_id, why)
         plan = (wanted_copies(self.policy, self.candidates, self.idle.count(), self.max_copies)
                 if accepting else {})
-        for original, group in list(self.groups.items()):
+        for original, group in list(self._copied.items()):
             want = plan.get(original, 0)
             while len(group.copies) > want:  # the latest launched go first
                 self._cancel(step, group, group.copies[-1], "reallocated")
@@ -323,6 +326,7 @@ class CopyBook:
                 self.copies[copy.attempt_id], start_work=group.best_work,
                 copies=len(group.copies))))
         if launched:
+            self._copied[placement.attempt_id] = group
             group.checkpoints += 1
             for copy_id in group.copies[-launched:]:  # they start from the best known now
                 group.heard[copy_id] = group.best_work
@@ -353,6 +357,8 @@ class CopyBook:
         del self.on_node[copy.node_index]
         self.occupied[copy.node_index] = 0
         group.heard.pop(copy_id, None)
+        if not group.copies:
+            self._copied.pop(group.original, None)
         if copy_id in group.asked:  # the round waits no more for it
             group.asked.discard(copy_id)
             if not group.asked and self.groups.get(group.original) is group:
@@ -368,22 +374,30 @@ class CopyBook:
         for copy_id in group.copies:
             yield copy_id, workers[self.copies[copy_id].node_index]
 
-    def _sync_idle(self, queued: Sequence[int], accepting: bool) -> None:
+    def _sync_idle(self, queued: Sequence[int], accepting: bool) -> list[int]:
+        """Bring the idle set up to the LM's state (the nodes its journal names since the
+        last call); the nodes that were idle and are no longer."""
         journal = self.state.journal
+        idle = self.idle
         if not accepting:
-            self.idle.setall(0)
+            lost = list(self.on_node)
+            idle.setall(0)
             self._journal, self._read, self._accepting = journal, len(journal), False
-            return
+            return lost
         if journal is self._journal and self._accepting:
             changed = journal[self._read:]
         else:  # a new journal (the LM started one), or taking work again: look at every node
             changed = range(len(self.topology))
         state, topology = self.state, self.topology
+        lost = []
         for i in changed:
-            self.idle[i] = (state.up[i] and not queued[i]
-                            and state.free_cpu[i] == topology.cap_cpu[i]
-                            and state.free_mem[i] == topology.cap_mem[i])
+            now = (state.up[i] and not queued[i] and state.free_cpu[i] == topology.cap_cpu[i]
+                   and state.free_mem[i] == topology.cap_mem[i])
+            if idle[i] and not now:
+                lost.append(i)
+            idle[i] = now
         self._journal, self._read, self._accepting = journal, len(journal), True
+        return lost
 
     def _fields(self, copy: Copy, **extra) -> dict:
         placement = copy.placement
@@ -419,6 +433,8 @@ class CopyBook:
         if len(self.on_node) != len(self.copies) or len(self.copies) > self.idle.count():
             raise InvariantViolated(f"{lm}: {len(self.copies)} copies, "
                                     f"{self.idle.count()} idle nodes")
+        if self._copied != {o: g for o, g in self.groups.items() if g.copies}:
+            raise InvariantViolated(f"{lm}: the groups with copies are not those listed")
         for original, group in self.groups.items():
             if original not in self.candidates:
                 raise InvariantViolated(f"{lm}: group of {original}, which does not run")
