@@ -130,13 +130,13 @@ class NodeSpeed:
     """One node's rate over continuous time (seconds in the federated cluster), drawn period
     by period as time goes on, from its own seeded stream: `time_to_do(start, work)` is how
     long `work` seconds of nominal work take when started at `start`, and `work_until(t)` the
-    work the node has done from time 0 to `t`, so the work a run did between two instants is
-    a difference of two readings (a worker's checkpoint: exact, never extrapolated). Times
-    must not go back before the latest start (a node's clock only moves forward); periods
-    before it are dropped."""
+    work the node has done from its origin (the first time it was asked about) to `t`, so the
+    work a run did between two instants is a difference of two readings (a worker's
+    checkpoint: exact, never extrapolated). Times must not go back before the latest start (a
+    node's clock only moves forward); periods before it are dropped."""
 
     __slots__ = ("model", "rng", "available", "norm", "_ends", "_rates", "_starts", "_done",
-                 "_first")
+                 "_first", "_origin")
 
     def __init__(self, model: SpeedModel, seed: str) -> None:
         self.model = model
@@ -148,10 +148,13 @@ class NodeSpeed:
         self._starts: list[float] = []
         self._done: list[float] = []  # the work done from time 0 to each period's start
         self._first = 0  # periods before this index ended before the latest start
+        # where its first period begins: the first time it is asked about. A service's clock
+        # is the wall clock (1.7e9 s), and periods drawn from 0 would never reach it
+        self._origin: float | None = None
 
     def _draw(self) -> None:
         model, rng = self.model, self.rng
-        start = self._ends[-1] if self._ends else 0.0
+        start = self._ends[-1] if self._ends else self._origin
         if model.kind == "constant":
             length, rate = math.inf, 1.0
         elif model.kind == "gamma":
@@ -172,6 +175,8 @@ class NodeSpeed:
     def _period_of(self, t: float) -> int:
         """The index of the period `t` falls in, drawing periods as needed."""
         ends = self._ends
+        if self._origin is None:
+            self._origin = t
         i = self._first
         while True:
             if i == len(ends):
@@ -181,7 +186,7 @@ class NodeSpeed:
             i += 1
 
     def work_until(self, t: float) -> float:
-        """The work done from time 0 to `t` (`t` not before the latest start)."""
+        """The work done from its origin to `t` (`t` not before the latest start)."""
         if self.model.kind == "constant":
             return t
         i = self._period_of(t)

@@ -671,8 +671,11 @@ def test_copies_run_on_idle_nodes_yield_to_a_launch_and_the_task_finishes_once(t
     to finish completes the task once, the others are cancelled at the worker and every
     node is free again."""
     config = tmp_path / "federation.toml"
+    # mildly varying node speeds (rate CoV 0.14): the workers' speed processes run on the
+    # services' wall clock
     config.write_text(CONFIG.read_text() + '\n[policies.redundancy]\npolicy = "srpt+r"\n'
-                      "max_copies = 0\n")
+                      'max_copies = 0\n\n[variability]\nmodel = "gamma"\nshape = 50.0\n'
+                      "interval = 1.0\n")
     procs = Processes(tmp_path, amqp_url, config)
     task = placement(unique_job(), N0, cpu_m=500, duration=2.0)
     other = placement(unique_job(), N1, cpu_m=500, duration=0.3)

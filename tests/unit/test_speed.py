@@ -5,6 +5,7 @@ a simulation that stays repeatable with it."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -36,6 +37,17 @@ def test_work_is_integrated_over_the_node_s_rate_periods() -> None:
     assert node.time_to_do(12.0, 10.0) == pytest.approx(3 + 5)  # waits out the stop
     assert NodeSpeed(SpeedModel(kind="constant"), "c").time_to_do(5.0, 7.0) == 7.0
     assert NodeSpeed(SpeedModel(kind="constant"), "c").work_until(5.0) == 5.0
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize("kind", ["two-state", "gamma"])
+def test_a_node_on_a_services_wall_clock_starts_its_process_where_it_is_first_asked(kind):
+    """The services' clock is the wall clock: periods drawn from time 0 would take a hundred
+    million draws to reach it (the testbed's workers hung on their first task)."""
+    node = NodeSpeed(SpeedModel(kind=kind), "wall")
+    took = node.time_to_do(1.7e9, 20.0)
+    assert 0 < took < math.inf
+    assert node.work_until(1.7e9 + took) - node.work_until(1.7e9) == pytest.approx(20.0)
 
 
 @pytest.mark.parametrize("kind", ["two-state", "gamma"])
