@@ -153,6 +153,24 @@ def procs(tmp_path: Path, amqp_url: str):
         processes.stop_all()
 
 
+@pytest.fixture
+def procs_on(tmp_path: Path, amqp_url: str):
+    """`procs_on(config)`: the services of a federation file of the test's own, stopped at
+    its end whatever happened (a test that stopped them only when it passed left them
+    running after a failure)."""
+    made: list[Processes] = []
+
+    def make(config: Path) -> Processes:
+        made.append(Processes(tmp_path, amqp_url, config))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for processes in made:
+            processes.stop_all()
+
+
 def run(procs: Processes, scenario: Callable) -> None:
     """Run an async scenario; on any failure (a timeout too) show what the services said."""
     try:
@@ -556,20 +574,20 @@ def test_an_lm_whose_task_events_cannot_leave_takes_no_new_work(tmp_path, amqp_u
         procs.stop_all()
 
 
-def local_queue_processes(tmp_path: Path, amqp_url: str, *, preemptive: bool) -> Processes:
-    """lm-1 and its worker with local queues two deep ([policies.local_queues])."""
+def local_queue_config(tmp_path: Path, *, preemptive: bool) -> Path:
+    """The small federation with local queues two deep ([policies.local_queues])."""
     config = tmp_path / "federation.toml"
     config.write_text(CONFIG.read_text() + "\n[policies.local_queues]\ndepth = 2\n"
                       f"preemptive = {'true' if preemptive else 'false'}\n")
-    return Processes(tmp_path, amqp_url, config)
+    return config
 
 
 @pytest.mark.timeout(40)
-def test_a_busy_node_queues_at_its_worker_and_the_shortest_goes_first(tmp_path, amqp_url):
+def test_a_busy_node_queues_at_its_worker_and_the_shortest_goes_first(tmp_path, procs_on):
     """Over real HTTP: a full node takes two more launches into its worker's queue and
     refuses a third; the LM shows the node with no free resources and no queue room; when the
     running task ends, the worker starts the queued task with the least remaining work."""
-    procs = local_queue_processes(tmp_path, amqp_url, preemptive=False)
+    procs = procs_on(local_queue_config(tmp_path, preemptive=False))
     running = placement(unique_job(), N0, cpu_m=CPU, duration=1.0)
     longer = {**placement(unique_job(), N0, cpu_m=CPU, duration=0.5), "priority": 50.0}
     shorter = {**placement(unique_job(), N0, cpu_m=CPU, duration=0.5), "priority": 5.0}
@@ -599,11 +617,11 @@ def test_a_busy_node_queues_at_its_worker_and_the_shortest_goes_first(tmp_path, 
 
 
 @pytest.mark.timeout(40)
-def test_a_reprioritized_job_moves_ahead_in_the_workers_queue(tmp_path, amqp_url):
+def test_a_reprioritized_job_moves_ahead_in_the_workers_queue(tmp_path, procs_on):
     """Over real HTTP: of two tasks queued behind a running one, the longer job's goes
     second; the GM's `POST /v1/reprioritize` (its estimate shrank) reaches the worker through
     the LM's batch, the worker re-keys its queue, and that task starts first."""
-    procs = local_queue_processes(tmp_path, amqp_url, preemptive=False)
+    procs = procs_on(local_queue_config(tmp_path, preemptive=False))
     running = placement(unique_job(), N0, cpu_m=CPU, duration=2.0)
     longer = {**placement(unique_job(), N0, cpu_m=CPU, duration=0.5), "priority": 50.0}
     shorter = {**placement(unique_job(), N0, cpu_m=CPU, duration=0.5), "priority": 5.0}
@@ -634,11 +652,11 @@ def test_a_reprioritized_job_moves_ahead_in_the_workers_queue(tmp_path, amqp_url
 
 
 @pytest.mark.timeout(40)
-def test_a_preemptive_queue_suspends_a_long_task_for_a_far_shorter_one(tmp_path, amqp_url):
+def test_a_preemptive_queue_suspends_a_long_task_for_a_far_shorter_one(tmp_path, procs_on):
     """Over real HTTP: a far shorter arrival suspends the running task; the worker reports
     the suspension, the LM gives its resources to the short task's start, and the long task
     resumes and finishes once, its runtime its whole time running."""
-    procs = local_queue_processes(tmp_path, amqp_url, preemptive=True)
+    procs = procs_on(local_queue_config(tmp_path, preemptive=True))
     long = {**placement(unique_job(), N0, cpu_m=CPU, duration=2.0), "priority": 100.0}
     short = {**placement(unique_job(), N0, cpu_m=CPU, duration=0.3), "priority": 1.0}
 
@@ -664,7 +682,7 @@ def test_a_preemptive_queue_suspends_a_long_task_for_a_far_shorter_one(tmp_path,
 
 @pytest.mark.timeout(40)
 def test_copies_run_on_idle_nodes_yield_to_a_launch_and_the_task_finishes_once(tmp_path,
-                                                                             amqp_url):
+                                                                             procs_on):
     """Over real HTTP, with [policies.redundancy] srpt+r: a running task gets copies on the
     idle nodes (its progress asked for through the worker's batch endpoint), which the GM
     sees free; a launch onto a copy's node stops that copy at the worker; the first attempt
@@ -676,7 +694,7 @@ def test_copies_run_on_idle_nodes_yield_to_a_launch_and_the_task_finishes_once(t
     config.write_text(CONFIG.read_text() + '\n[policies.redundancy]\npolicy = "srpt+r"\n'
                       'max_copies = 0\n\n[variability]\nmodel = "gamma"\nshape = 50.0\n'
                       "interval = 1.0\n")
-    procs = Processes(tmp_path, amqp_url, config)
+    procs = procs_on(config)
     task = placement(unique_job(), N0, cpu_m=500, duration=2.0)
     other = placement(unique_job(), N1, cpu_m=500, duration=0.3)
 
