@@ -411,8 +411,7 @@ class LocalMaster:
         copies = self._copies
         if event.attempt_id in self._attempts.running:
             self._end(step, event.attempt_id, Reason.FINISHED, runtime=event.runtime)
-        elif copies is not None and (copies.is_copy(event.attempt_id)
-                                     or copies.was_cancelled(event.attempt_id)):
+        elif copies is not None and copies.knows(event.attempt_id):
             original = copies.copy_finished(step, event.attempt_id)
             if original is not None:  # the first of its task's attempts to finish: it wins
                 runtime = copies.runtime_of(original, step.now)
@@ -438,8 +437,8 @@ class LocalMaster:
 
     def _on_failed(self, event: WorkerTaskFailed, step: Step) -> None:
         copies = self._copies
-        if copies is not None and event.attempt_id not in self._attempts.running and (
-                copies.is_copy(event.attempt_id) or copies.was_cancelled(event.attempt_id)):
+        if (copies is not None and event.attempt_id not in self._attempts.running
+                and copies.knows(event.attempt_id)):
             copies.copy_ended(step, event.attempt_id, event.work, event.detail)
             return
         if event.attempt_id not in self._attempts.running:

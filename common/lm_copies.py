@@ -220,8 +220,9 @@ class CopyBook:
     def is_copy(self, attempt_id: str) -> bool:
         return attempt_id in self.copies
 
-    def was_cancelled(self, attempt_id: str) -> bool:
-        return attempt_id in self._cancelled
+    def knows(self, attempt_id: str) -> bool:
+        """A copy it runs, or one it cancelled whose reports may still come."""
+        return attempt_id in self.copies or attempt_id in self._cancelled
 
     def cancelled_since(self, attempt_id: str) -> float | None:
         """When the LM cancelled this copy, if it remembers doing so."""
