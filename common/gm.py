@@ -142,8 +142,8 @@ class GlobalMaster:
         self._job_seq += 1
         progress = JobProgress(len(job.tasks), self._job_seq, job.arrival,
                                job.estimated_task_duration, user=job.user, name=job.name,
-                               true_work=sum(task.duration for task in job.tasks),
-                               admitted_at=step.now)
+                               true_work=sum(task.duration or 0.0 for task in job.tasks),
+                               admitted_at=step.now, weight=job.weight)
         record = JobRecord(job, progress)
         self.policy.admit(progress, self.rng)
         record.key = self.policy.order_key(progress)
@@ -158,7 +158,7 @@ class GlobalMaster:
         self.log.record(step.now, step.stimulus_id, job.job_id, "new", "pending",
                         f"{len(job.tasks)} tasks, user {job.user}")
         arrived = {"job": job.job_id, "user": job.user, "gm": self.gm, "tasks": len(job.tasks),
-                   "arrival": job.arrival, "pilots": len(progress.pilots)}
+                   "arrival": job.arrival, "pilots": len(progress.pilots), "weight": job.weight}
         if progress.sampling_ratio is not None:
             arrived["sampling_ratio"] = progress.sampling_ratio
         step.emit(Log("job_arrived", arrived))

@@ -26,6 +26,11 @@ and the allocation time S - A splits exactly into
 as in the Megha paper's section III. A task whose attempt lacks one of these events (a log
 cut short) still counts in the allocation figures, and in `breakdown.incomplete`.
 
+Weighted JCT: `job_arrived` carries the job's `weight` (`JobSpec.weight`; a line without it
+reads as 1), and `jct.weighted_mean` is the sum of weight x JCT over the sum of weights of the
+jobs done, the figure Smith's rule (the `wspt` job policy) lowers; `jct.weighted` says whether
+some job done weighs other than 1 (else it equals the mean, and the reports leave it out).
+
 Job-size estimation (job policies with priority queues: slearn, las, 3sigma, ...): their
 `job_done` carries `predictor`, `estimate` (task-seconds, or null), `work` (the measured
 task-seconds), `level` and `true_level` (priority queue indices, 0 the highest) and `thin`;
@@ -141,6 +146,7 @@ class _Job:
     done: float | None = None
     failed: bool = False
     longest_task: float = 0.0
+    weight: float = 1.0  # its job_arrived's `weight`; a log from before weights: 1
 
 
 @dataclass(slots=True)
@@ -239,15 +245,26 @@ class RunAnalysis:
         return groups.figures(), parts, incomplete
 
     def _jct(self) -> dict:
+        """JCT's figures, the slowdown, and the weighted mean JCT: sum of weight x JCT over
+        the sum of weights, over the jobs done (`weighted`: whether any weight is not 1, so
+        the weighted mean says more than the mean)."""
         groups, slowdown = _Groups(), []
+        weighted = total_weight = 0.0
+        unit_weights = True
         for job in self.jobs.values():
             if job.done is None or job.arrival is None or job.failed:
                 continue
             value = job.done - job.arrival
             groups.add(job, value)
+            weighted += job.weight * value
+            total_weight += job.weight
+            unit_weights = unit_weights and job.weight == 1.0
             if job.longest_task > 0:
                 slowdown.append(value / job.longest_task)
-        return groups.figures() | {"slowdown": summary(slowdown)}
+        return groups.figures() | {
+            "slowdown": summary(slowdown),
+            "weighted_mean": weighted / total_weight if total_weight > 0 else None,
+            "weighted": not unit_weights}
 
     def _counts(self) -> dict:
         jobs = self.jobs.values()
@@ -458,6 +475,9 @@ def _job_arrived(run: RunAnalysis, e: dict) -> None:
     job.arrival = arrival if job.arrival is None else min(job.arrival, arrival)
     job.user = e.get("user", job.user)
     job.tasks = int(e.get("tasks", job.tasks))
+    weight = e.get("weight")  # the GM logs it since weights count; older logs: 1
+    if weight is not None:
+        job.weight = float(weight)
     ratio = e.get("sampling_ratio")  # slearn's, on wide jobs (job_done repeats it)
     if ratio is not None:
         run.sampling[e["job"]] = float(ratio)

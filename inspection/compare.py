@@ -9,6 +9,11 @@ true queue, and, if one run is the reference `slearn` (the run named so, else th
 whose predictor is slearn), each run's mean and p50 JCT divided by the reference's: above 1,
 slearn is the faster.
 
+When some run's jobs carry weights other than 1 (its report's `jct.weighted`), the table also
+gives each run's weighted JCT mean (the sum of weight x JCT over the sum of weights), after
+the JCT mean: the figure the `wspt` job policy lowers. Without weights it equals the mean and
+is left out.
+
 When a run has redundant copies (a `redundancy` section), the table also gives each run's
 copies launched, share of its tasks with copies won by a copy, and wasted work over useful
 work; a run without copies shows none of them.
@@ -32,6 +37,11 @@ FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("preemptions", ("counts", "preemptions")),
     ("requeues", ("counts", "requeues")),
     ("tasks lost", ("counts", "tasks_lost")),
+)
+
+# (label, path): the weighted mean JCT, shown after the JCT mean when some run has weights
+WEIGHTED_FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("weighted JCT mean (s)", ("jct", "weighted_mean")),
 )
 
 # (label, path): the redundancy figures, shown when some run has a redundancy section
@@ -92,7 +102,11 @@ def compare(reports: list[dict]) -> dict:
     "reference": the run the `/ slearn` rows divide by, or None; their `values` are the
     ratios themselves (`"kind": "ratio"`) and their `ratios` are None (the label, as
     `JCT mean / slearn`, names the reference run)."""
-    rows = _rows(FIGURES, reports)
+    figures = FIGURES
+    if any(report.get("jct", {}).get("weighted") for report in reports):
+        after = [label for label, _ in FIGURES].index("JCT mean (s)") + 1
+        figures = FIGURES[:after] + WEIGHTED_FIGURES + FIGURES[after:]
+    rows = _rows(figures, reports)
     result = {"runs": [report["name"] for report in reports], "rows": rows}
     if any("redundancy" in report for report in reports):
         rows += _rows(REDUNDANCY_FIGURES, reports)

@@ -21,6 +21,7 @@ from inspection.terminal import (
     estimation_lines,
     jct_bin_rows,
     redundancy_lines,
+    weighted_jct_line,
 )
 
 _STATS = ("count", "mean", "p50", "p90", "p99", "p99.9", "max")
@@ -179,6 +180,12 @@ def _redundancy_section(run: dict, rid: str) -> str:
                       ["reason", "copies"], rows) if rows else ""))
 
 
+def _weighted_jct(jct: dict, rid: str) -> str:
+    line = weighted_jct_line(jct)
+    return "" if line is None else (f'<p id="weighted-jct-{html.escape(rid)}">'
+                                    f"{html.escape(line)}</p>")
+
+
 def _run_section(run: dict, rid: str) -> str:
     allocation, jct = run["allocation"], run["jct"]
     parts = [
@@ -195,6 +202,7 @@ def _run_section(run: dict, rid: str) -> str:
                      {"all jobs": jct["overall"]}
                      | {f"user {u}": s for u, s in jct["by_user"].items()}
                      | {f"jobs of {c}": s for c, s in jct["by_size"].items()}, "s"),
+        _weighted_jct(jct, rid),
         _stats_table(f"slowdown-{rid}", "slowdown (JCT / the job's longest task)",
                      {"all jobs": jct["slowdown"]}, "x"),
         _counts_table(run, rid),

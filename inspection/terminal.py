@@ -32,6 +32,15 @@ def _stats_table(title: str, rows: dict[str, dict], unit: str) -> Table:
     return table
 
 
+def weighted_jct_line(jct: dict) -> str | None:
+    """The weighted JCT's sentence (the terminal's and the HTML report's); None when every job
+    done weighs 1 (it is then the mean) or none is done."""
+    if not jct.get("weighted") or jct.get("weighted_mean") is None:
+        return None
+    return (f"weighted JCT mean {jct['weighted_mean']:.2f} s: sum of weight x JCT / sum of "
+            f"weights over {jct['overall']['count']} jobs done")
+
+
 def _ratio(value) -> str:
     return "" if value is None else f"{value:.3g}"
 
@@ -162,6 +171,9 @@ def render_run(console: Console, run: dict, read: dict) -> None:
         "job completion time", {"all jobs": jct["overall"]}
         | {f"user {u}": s for u, s in jct["by_user"].items()}
         | {f"jobs of {c}": s for c, s in jct["by_size"].items()}, "s"))
+    weighted = weighted_jct_line(jct)
+    if weighted is not None:
+        console.print(f"  {weighted}", highlight=False)
     if jct["slowdown"].get("count"):
         console.print(_stats_table("slowdown (JCT / the job's longest task)",
                                    {"all jobs": jct["slowdown"]}, "x"))

@@ -104,7 +104,7 @@ class _SlotSimulation:
         scheduler = self.queue_gm.get(spec.user, "scheduler")
         self.log.emit(self.engine.now, scheduler, "job_arrived", {
             "job": spec.job_id, "user": spec.user, "gm": scheduler, "tasks": len(spec.tasks),
-            "arrival": self.engine.now})
+            "arrival": self.engine.now, "weight": spec.weight})
         job = _Job(spec, scheduler, deque(spec.tasks), len(spec.tasks))
         self.live[spec.job_id] = job
         self._dispatch(job)

@@ -4,7 +4,7 @@ A job policy decides which of a job's tasks may run now (all, or only pilots whi
 are held), which *level* (priority queue) the job sits in, and the priority a worker's SRPT
 queue gives its tasks. The GM keeps one queue per level, serves a level's jobs in arrival
 order, and shares its resources across levels by weight (`jobs/ladder.py`); a policy without
-a ladder (`fifo`) has one queue ordered by `order_key`.
+a ladder (`fifo`, `wspt`) has one queue ordered by `order_key`.
 
 The policies (`jobs/predictors.py`) differ only in how they learn a job's size:
 
@@ -16,6 +16,12 @@ The policies (`jobs/predictors.py`) differ only in how they learn a job's size:
 - `3sigma`, `point-est`: from the history of similar jobs (`jobs/history.py`); `3sigma-tl`
   also sends thin jobs to the top as slearn does.
 - `oracle`: knows each job's true size.
+
+One policy orders by job weight (`jobs/weighted.py`):
+
+- `wspt`: Smith's rule, weighted shortest processing time first: the highest weight over
+  remaining work first, the work known from the tasks' stated durations as the oracle knows
+  it; no levels, and the key follows the remaining work as tasks finish.
 
 `JOB_POLICIES.make(name, **options)` passes a policy the fields of the federation file's
 tables it names in `tables` (`[policies.queues]`, `[policies.slearn]`, `[policies.history]`).
@@ -42,8 +48,9 @@ class JobProgress:
     arrival: float
     trace_estimate: float | None  # a trace's own per-task estimate, if it has one
     user: str = ""
+    weight: float = 1.0  # its weight in the weighted JCT (`JobSpec.weight`)
     name: str | None = None  # a recurring job's template, if the workload names it
-    true_work: float = 0.0  # the sum of its tasks' stated durations: only the oracle reads it
+    true_work: float = 0.0  # its tasks' stated durations summed: read by oracle, wspt
     admitted_at: float = 0.0  # the GM's clock when the job arrived
     done: int = 0
     attained: float = 0.0  # the summed runtime of its finished tasks, task-seconds
@@ -132,5 +139,6 @@ class FifoPolicy:
         return {}
 
 
-# the size-learning policies register themselves on import
+# the size-learning policies and wspt register themselves on import
 from common.policies.jobs import predictors as _predictors  # noqa: E402,F401
+from common.policies.jobs import weighted as _weighted  # noqa: E402,F401
