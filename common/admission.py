@@ -2,8 +2,9 @@
 it (configured LMs, and those it has heard from since).
 
 A job is refused with `InvalidInput` naming what is wrong, before anything of it is recorded:
-its user queue is served by another GM, a task id belongs to another job, or a task can never
-run anywhere (no node satisfies its constraints, or none of those is big enough).
+its user queue is served by another GM, a task id belongs to another job, a task's placement
+set names a node the federation lacks, or a task can never run anywhere (no node satisfies its
+constraints and is in its placement set, or none of those is big enough).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Admission:
             shape = task.shape
             if federation is None or shape in checked:
                 continue
+            if task.nodes is not None and (unknown := federation.unknown_nodes(task.nodes)):
+                raise InvalidInput(f"tasks[{index}].nodes", f"unknown node ids {unknown}")
             if not federation.can_ever_run(*shape):
                 raise InvalidInput(f"tasks[{index}]", infeasible_reason(task, federation))
             checked.add(shape)
@@ -63,6 +66,14 @@ class Admission:
 
 
 def infeasible_reason(task: TaskSpec, federation: ClusterTopology) -> str:
+    if task.nodes is not None:
+        matching = federation.task_mask(task.constraints, task.nodes).count()
+        if matching == 0:
+            return (f"no node of its placement set ({len(task.nodes)} nodes) satisfies "
+                    f"constraints {sorted(task.constraints)}")
+        return (f"asks cpu_m={task.demand.cpu_m}, mem_mib={task.demand.mem_mib}, more than "
+                f"any of the {matching} nodes of its placement set satisfying its "
+                f"constraints has")
     matching = federation.mask_for(task.constraints).count()
     if matching == 0:
         rarest = min(task.constraints, key=lambda c: federation.constraint_vectors[c].count())

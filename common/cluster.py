@@ -10,6 +10,8 @@ Matching a task is the paper's operation: AND the vectors of its constraints wit
 partition and availability vectors, then check resource fit on the surviving nodes (the scan
 is the placement policy's: `common/policies/placement.py`). The AND of its constraint vectors
 is static and cached per constraint set, so a placement costs two ANDs and a short scan.
+A task with a placement set (the nodes it may run on, `TaskSpec.nodes`) adds one more static
+vector, the set's nodes, cached per set like a constraint set's.
 
 `ClusterState` is used twice: the LM holds the truth in one, every GM holds a possibly
 stale copy per LM (its view), refreshed from snapshots.
@@ -85,8 +87,9 @@ class ClusterTopology:
         all_nodes.setall(1)
         self._all = frozenbitarray(all_nodes)
         self._mask_cache: dict[frozenset[int], frozenbitarray] = {}
-        self._partition_mask_cache: dict[tuple[frozenset[int], int, bool], frozenbitarray] = {}
-        self._feasible_cache: dict[tuple[frozenset[int], int, int], bool] = {}
+        self._partition_mask_cache: dict[tuple, frozenbitarray] = {}
+        self._feasible_cache: dict[tuple, bool] = {}
+        self._placement_cache: dict[frozenset[str], frozenbitarray] = {}
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -135,6 +138,7 @@ class ClusterTopology:
         merged._mask_cache = {}
         merged._partition_mask_cache = {}
         merged._feasible_cache = {}
+        merged._placement_cache = {}
         return merged
 
     def mask_for(self, constraints: frozenset[int]) -> frozenbitarray:
@@ -150,24 +154,54 @@ class ClusterTopology:
             _bounded_put(self._mask_cache, constraints, mask)
         return mask
 
-    def partition_mask(self, constraints: frozenset[int], g: int, internal: bool) -> frozenbitarray:
-        """Nodes satisfying the constraints in GM `g`'s partition (internal) or outside it."""
-        key = (constraints, g, internal)
+    def placement_mask(self, nodes: frozenset[str]) -> frozenbitarray:
+        """The nodes of a placement set (cached per set). Ids not in this topology are left
+        out: a set may name nodes of other LMs; `unknown_nodes` tells which are nowhere."""
+        mask = self._placement_cache.get(nodes)
+        if mask is None:
+            vector = _zeros(len(self.nodes))
+            index = self.index
+            for node_id in nodes:
+                i = index.get(node_id)
+                if i is not None:
+                    vector[i] = 1
+            mask = frozenbitarray(vector)
+            _bounded_put(self._placement_cache, nodes, mask)
+        return mask
+
+    def unknown_nodes(self, nodes: frozenset[str]) -> list[str]:
+        """The ids of a placement set that are no node here, sorted."""
+        return sorted(node_id for node_id in nodes if node_id not in self.index)
+
+    def task_mask(self, constraints: frozenset[int],
+                  nodes: frozenset[str] | None = None) -> frozenbitarray:
+        """Nodes that satisfy the constraints and, with a placement set, belong to it."""
+        if nodes is None:
+            return self.mask_for(constraints)
+        return self.mask_for(constraints) & self.placement_mask(nodes)
+
+    def partition_mask(self, constraints: frozenset[int], g: int, internal: bool,
+                       nodes: frozenset[str] | None = None) -> frozenbitarray:
+        """Nodes satisfying the constraints (and in the placement set `nodes`, if any) in GM
+        `g`'s partition (internal) or outside it."""
+        key = (constraints, g, internal) if nodes is None else (constraints, g, internal, nodes)
         mask = self._partition_mask_cache.get(key)
         if mask is None:
             partition = self.owned[g] if internal else self.not_owned[g]
-            mask = self.mask_for(constraints) & partition
+            mask = self.task_mask(constraints, nodes) & partition
             _bounded_put(self._partition_mask_cache, key, mask)
         return mask
 
-    def can_ever_run(self, constraints: frozenset[int], cpu_m: int, mem_mib: int) -> bool:
-        """Whether some node here satisfies the constraints and is large enough, if empty."""
-        key = (constraints, cpu_m, mem_mib)
+    def can_ever_run(self, constraints: frozenset[int], cpu_m: int, mem_mib: int,
+                     nodes: frozenset[str] | None = None) -> bool:
+        """Whether some node here satisfies the constraints, belongs to the placement set
+        `nodes` (if any) and is large enough, if empty. Takes a `TaskSpec.shape` unpacked."""
+        key = (constraints, cpu_m, mem_mib, nodes)
         answer = self._feasible_cache.get(key)
         if answer is None:
             answer = any(
                 self.cap_cpu[i] >= cpu_m and self.cap_mem[i] >= mem_mib
-                for i in self.mask_for(constraints).search(1)
+                for i in self.task_mask(constraints, nodes).search(1)
             )
             _bounded_put(self._feasible_cache, key, answer)
         return answer

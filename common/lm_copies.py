@@ -302,7 +302,7 @@ class CopyBook:
             group = self.groups[placement.attempt_id] = Group(
                 placement.attempt_id, self.started_at.get(placement.attempt_id, step.now))
         checking = list(self._members(group))  # what runs already: asked for its progress
-        eligible = free & topology.mask_for(task.constraints)
+        eligible = free & topology.task_mask(task.constraints, task.nodes)  # its placement set too
         cpu, mem = task.demand.cpu_m, task.demand.mem_mib
         launched = 0
         for i in eligible.search(1):

@@ -31,11 +31,15 @@ class TaskSpec:
     demand: Resources
     constraints: frozenset[int] = frozenset()
     duration: float | None = None  # true runtime of a replayed task; None runs until stopped
+    # its placement set: the ids of the nodes it may run on (where its data is local); None
+    # lets it run anywhere its constraints and demand allow
+    nodes: frozenset[str] | None = None
 
     @property
-    def shape(self) -> tuple[frozenset[int], int, int]:
-        """Tasks of one shape match the same nodes: placement caches and skips by it."""
-        return (self.constraints, self.demand.cpu_m, self.demand.mem_mib)
+    def shape(self) -> tuple[frozenset[int], int, int, frozenset[str] | None]:
+        """Tasks of one shape match the same nodes: placement caches and skips by it
+        (constraints, cpu, memory, placement set)."""
+        return (self.constraints, self.demand.cpu_m, self.demand.mem_mib, self.nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,21 @@ def validate_job(job: JobSpec, num_constraints: int = DEFAULT_NUM_CONSTRAINTS) -
             math.isfinite(task.duration) and task.duration >= 0
         ):
             raise InvalidInput(f"{where}.duration", f"must be >= 0, got {task.duration!r}")
+        if task.nodes is not None:
+            validate_placement_set(task.nodes, f"{where}.nodes")
+
+
+def validate_placement_set(nodes: frozenset[str], where: str) -> None:
+    """A placement set names at least one node, each by a non-empty string id. Whether the
+    ids are nodes of the federation only a GM can tell (`common/admission.py`)."""
+    if not isinstance(nodes, frozenset):
+        raise InvalidInput(where, f"must be a set of node ids, got {type(nodes).__name__}")
+    if not nodes:
+        raise InvalidInput(where, "a placement set needs at least one node (leave it out to "
+                                  "let the task run anywhere)")
+    for node_id in nodes:
+        if not (isinstance(node_id, str) and node_id):
+            raise InvalidInput(where, f"node ids must be non-empty strings, got {node_id!r}")
 
 
 def validate_node(node: NodeSpec, num_constraints: int = DEFAULT_NUM_CONSTRAINTS) -> None:

@@ -302,6 +302,8 @@ class Backlog:
     # -- blocking and waking ------------------------------------------------------------------
 
     def block(self, demand: Demand, reason: Reason) -> None:
+        if reason is Reason.NO_CAPACITY and demand[1][3] is not None:
+            reason = Reason.PLACEMENT_SET_BUSY  # what "no room" means to a placement set
         self.blocked.block(demand, reason)
         for index in self.levels:
             index.ready.discard(demand)
@@ -329,11 +331,14 @@ class Backlog:
             None if view.all_reachable else view.reachable))
 
     def reason_of(self, task: TaskRecord) -> Reason:
-        """Why a task is where it is; for a waiting one whose demand is blocked, that."""
+        """Why a task is where it is; for a waiting one whose demand is blocked, that (for a
+        task with a placement set, no room is `PLACEMENT_SET_BUSY`)."""
         if task.state is TaskState.PENDING:
             blocked = self.blocked.reason((task.job.spec.user, task.shape))
             if blocked is not None:
                 return blocked
+            if task.reason is Reason.NO_CAPACITY and task.spec.nodes is not None:
+                return Reason.PLACEMENT_SET_BUSY
         return task.reason
 
     # -- the pass ------------------------------------------------------------------------------

@@ -80,7 +80,7 @@ class Placer:
         """Round-robin over LMs, starting after the LM that took the last such task."""
         start = self._next_internal if internal else self._next_external
         k, i = self.view.find(spec.constraints, spec.demand.cpu_m, spec.demand.mem_mib, internal,
-                              start, self.placement)
+                              start, self.placement, spec.nodes)
         if k < 0:
             return None
         if advance and internal:
@@ -93,7 +93,7 @@ class Placer:
     def queue(self, spec: TaskSpec, advance: bool = True) -> Match | None:
         """A node of this GM's partitions whose local queue has room (round-robin over LMs)."""
         k, i = self.view.find_queue(spec.constraints, spec.demand.cpu_m, spec.demand.mem_mib,
-                                    self._next_queue)
+                                    self._next_queue, spec.nodes)
         if k < 0:
             return None
         if advance:
@@ -130,12 +130,13 @@ class Placer:
                 sum(info.mem_mib for info in victims) / total_mem)
 
     def _victims_in(self, slot: LMSlot, spec: TaskSpec, victim_queue: str, claimed: set[str]):
-        """The first node of `slot` (up, satisfying the constraints) where unclaimed attempts
-        of `victim_queue` make room, and those victims."""
+        """The first node of `slot` (up, satisfying the constraints, in the placement set if
+        the task has one) where unclaimed attempts of `victim_queue` make room, and those
+        victims."""
         nodes = self._nodes_running(slot, victim_queue, claimed)
         if not nodes.any():
             return None
-        mask = slot.topology.mask_for(spec.constraints) & nodes
+        mask = slot.topology.task_mask(spec.constraints, spec.nodes) & nodes
         state, offset = self.view.state, slot.offset
         up, free_cpu, free_mem = state.up, state.free_cpu, state.free_mem
         for i in mask.search(1):
@@ -235,9 +236,13 @@ class Placer:
 
     def explain(self, spec: TaskSpec, user: str) -> dict:
         """How many nodes each filter of the search leaves across this GM's view, and what
-        each step would find now (without moving the round-robin)."""
-        nodes = up = constraint_ok = cpu_ok = fits = internal = 0
+        each step would find now (without moving the round-robin). A task with a placement
+        set is counted on its set's nodes from `in_placement_set` on, and `placement_set`
+        says what its set's nodes are doing."""
+        nodes = up = constraint_ok = in_set = cpu_ok = fits = internal = 0
+        set_known = set_up = 0  # nodes of the placement set in the view, and those up
         lacking: Counter[int] = Counter()
+        allowed = spec.nodes
         for slot in self.view.order:
             topology = slot.topology
             free_cpu, free_mem, node_up = self.view.free_of(slot)
@@ -247,6 +252,12 @@ class Placer:
                 lacking[c] += len(topology) - topology.constraint_vectors[c].count()
             mask = topology.mask_for(spec.constraints) & node_up
             constraint_ok += mask.count()
+            if allowed is not None:
+                in_placement = topology.placement_mask(allowed)
+                set_known += in_placement.count()
+                set_up += (in_placement & node_up).count()
+                mask = mask & in_placement
+                in_set += mask.count()
             g = topology.gm_index.get(self.gm)
             for i in mask.search(1):
                 if free_cpu[i] >= spec.demand.cpu_m:
@@ -258,11 +269,45 @@ class Placer:
                  "external": self.external(spec, advance=False),
                  "queue": self.queue(spec, advance=False),
                  "preempt": self.preempt(spec, user)}
-        return {
+        funnel = {
             "nodes": nodes, "nodes_up": up,
             "nodes_lacking_constraint": {str(c): n for c, n in sorted(lacking.items())},
             "nodes_satisfying_constraints": constraint_ok,
+        }
+        if allowed is not None:
+            funnel["in_placement_set"] = in_set
+        funnel |= {
             "with_enough_cpu": cpu_ok, "with_enough_cpu_and_memory": fits,
             "of_which_internal": internal,
             "steps": {name: None if m is None else m.where() for name, m in steps.items()},
         }
+        if allowed is not None:
+            funnel["placement_set"] = {
+                "nodes": len(allowed), "known": set_known, "up": set_up, "eligible": in_set,
+                "with_room": fits, "with_room_internal": internal,
+                "summary": placement_set_summary(len(allowed), set_up, in_set, fits, internal,
+                                                 set_known),
+            }
+        return funnel
+
+
+def placement_set_summary(size: int, up: int, eligible: int, with_room: int,
+                          internal: int, known: int | None = None) -> str:
+    """Why a task with a placement set of `size` nodes waits (or where it could go), in a
+    line: `known` of them are in the GM's view (their LM has reported; None: all), `up` of
+    those are up, `eligible` of those satisfy its constraints, `with_room` of those have room
+    for it now in the GM's view, `internal` of those in the GM's partitions."""
+    head = f"placement set: {size} node{'s' if size != 1 else ''}"
+    if known == 0:
+        return f"{head}, none reported by its LM yet"
+    if up == 0:
+        return f"{head}, none up"
+    if eligible == 0:
+        return f"{head}, none of the {up} up satisfies its constraints"
+    if with_room == 0:
+        down = size - up
+        return f"{head}, all busy" if down == 0 else f"{head}, {down} down, the others busy"
+    if internal == 0:
+        return (f"{head}, {with_room} with room, all in other GMs' partitions "
+                f"(a repartition is asked)")
+    return f"{head}, {with_room} with room ({internal} in this GM's partitions)"

@@ -12,6 +12,9 @@ from enum import StrEnum
 class Reason(StrEnum):
     # outcomes of the GM's own search over its view
     NO_CAPACITY = "no_capacity"  # feasible nodes exist, none has room in the GM's view now
+    # the same for a task with a placement set (`TaskSpec.nodes`): every node of its set that
+    # could take it is busy (or down) in the GM's view; `explain` says how many of each
+    PLACEMENT_SET_BUSY = "placement_set_busy"
     NO_VIEW = "no_view"  # the GM has no state of any LM yet (just started)
     HELD_FOR_PILOTS = "held_for_pilots"  # slearn: waits for its job's pilot tasks
     WAITING_FOR_LM = "waiting_for_lm"  # placed, launch request in flight

@@ -88,8 +88,9 @@ class FederationView:
         self.inflight: dict[str, tuple[str, list[tuple[int, int, int]]]] = {}
         # the smallest demand seen: nodes with less room are left out of `available`
         self.min_cpu = self.min_mem = 2**62
-        # constraint set -> eligible nodes, for this GM's partitions and for the others'
-        self._masks: dict[bool, dict[frozenset[int], object]] = {True: {}, False: {}}
+        # constraint set (or, for a task with a placement set, (constraint set, placement
+        # set)) -> eligible nodes, for this GM's partitions and for the others'
+        self._masks: dict[bool, dict[object, object]] = {True: {}, False: {}}
         self.gained = bitarray()  # nodes that may have gained room since `take_gained`
         # Local queues: the nodes whose queue has room, as the LMs' snapshots show it, less
         # the nodes this GM has asked to queue on since (one claim per node until the answer).
@@ -248,25 +249,39 @@ class FederationView:
 
     # -- the match ---------------------------------------------------------------
 
+    def eligible(self, constraints: frozenset[int], internal: bool,
+                 nodes: frozenset[str] | None = None):
+        """The nodes of this GM's partitions (internal) or the others' that satisfy the
+        constraints and belong to the placement set `nodes` (if any): static, so cached per
+        (constraints, placement set) until the layout changes."""
+        masks = self._masks[internal]
+        key = constraints if nodes is None else (constraints, nodes)
+        eligible = masks.get(key)
+        if eligible is None:
+            if len(masks) >= MASK_CACHE_LIMIT:
+                masks.clear()
+            eligible = masks[key] = self.topology.partition_mask(constraints, self.g, internal,
+                                                                 nodes)
+        return eligible
+
     def find(
         self, constraints: frozenset[int], cpu_m: int, mem_mib: int, internal: bool,
         start_slot: int, placement: PlacementPolicy = FIRST_FIT,
+        nodes: frozenset[str] | None = None,
     ) -> tuple[int, int]:
         """(slot position, local node index) of the fitting node `placement` picks, or
         (-1, -1).
 
         Internal: this GM's partitions; external: every other GM's. A scan with an order
         (first fit) starts at the first node of `order[start_slot]` and wraps around.
+        `nodes`: the task's placement set (None: anywhere); only its nodes are candidates.
         """
         if self.g < 0:
             return -1, -1
         masks = self._masks[internal]
-        eligible = masks.get(constraints)
+        eligible = masks.get(constraints if nodes is None else (constraints, nodes))
         if eligible is None:
-            if len(masks) >= MASK_CACHE_LIMIT:
-                masks.clear()
-            eligible = masks[constraints] = self.topology.partition_mask(
-                constraints, self.g, internal)
+            eligible = self.eligible(constraints, internal, nodes)
         if not self.all_reachable:
             eligible = eligible & self.reachable
         start = self._offsets[start_slot % len(self.order)]
@@ -277,20 +292,14 @@ class FederationView:
         return k, gi - self._offsets[k]
 
     def find_queue(self, constraints: frozenset[int], cpu_m: int, mem_mib: int,
-                   start_slot: int) -> tuple[int, int]:
-        """(slot position, local node index) of a node of this GM's partitions, up, whose
-        local queue has room and whose capacity takes the demand, or (-1, -1); the scan
-        starts at `order[start_slot]` and wraps around."""
+                   start_slot: int, nodes: frozenset[str] | None = None) -> tuple[int, int]:
+        """(slot position, local node index) of a node of this GM's partitions (and of the
+        placement set `nodes`, if any), up, whose local queue has room and whose capacity
+        takes the demand, or (-1, -1); the scan starts at `order[start_slot]` and wraps
+        around."""
         if self.g < 0 or not self.room.any():
             return -1, -1
-        masks = self._masks[True]
-        eligible = masks.get(constraints)
-        if eligible is None:
-            if len(masks) >= MASK_CACHE_LIMIT:
-                masks.clear()
-            eligible = masks[constraints] = self.topology.partition_mask(constraints, self.g,
-                                                                         True)
-        eligible = self.room & self.state.up & eligible  # a mutable bitarray
+        eligible = self.room & self.state.up & self.eligible(constraints, True, nodes)
         if not self.all_reachable:
             eligible &= self.reachable
         cap_cpu, cap_mem = self.topology.cap_cpu, self.topology.cap_mem

@@ -84,6 +84,18 @@ JobName = Annotated[str, Field(min_length=1, max_length=JOB_NAME_MAX)]
 TASK_ID_SEPARATOR = "/"
 
 
+def _placement_set(nodes: list[str] | None) -> list[str] | None:
+    if nodes is not None and not nodes:
+        raise ValueError("a placement set needs at least one node id (leave `nodes` out to "
+                         "let the task run anywhere)")
+    return nodes
+
+
+# A task's placement set: the ids of the nodes it may run on (None: anywhere). Whether they are
+# nodes of the federation the GM checks (common/admission.py).
+PlacementSet = Annotated[list[Name] | None, AfterValidator(_placement_set)]
+
+
 class WireModel(BaseModel):
     """Base of every wire model: unknown fields are errors; infinities survive JSON."""
 
@@ -99,6 +111,7 @@ class TaskSubmission(WireModel):
     mem_mib: PositiveInt
     constraints: list[ConstraintId] = Field(default_factory=list)
     duration: NonNegativeFloat | None = None
+    nodes: PlacementSet = None  # its placement set: the node ids it may run on
 
 
 class JobSubmission(WireModel):
@@ -143,6 +156,7 @@ def job_from_wire(sub: JobSubmission, job_id: str, arrival: float) -> JobSpec:
             demand=Resources(task.cpu_m, task.mem_mib),
             constraints=frozenset(task.constraints),
             duration=task.duration,
+            nodes=None if task.nodes is None else frozenset(task.nodes),
         )
         for local_id, task in zip(local_task_ids(sub.tasks), sub.tasks, strict=True)
     )
@@ -173,6 +187,7 @@ def job_to_wire(job: JobSpec) -> JobSubmission:
                 mem_mib=task.demand.mem_mib,
                 constraints=sorted(task.constraints),
                 duration=task.duration,
+                nodes=None if task.nodes is None else sorted(task.nodes),
             )
         )
     return JobSubmission(
@@ -195,6 +210,9 @@ class TaskWire(WireModel):
     mem_mib: PositiveInt
     constraints: list[ConstraintId] = Field(default_factory=list)
     duration: NonNegativeFloat | None = None
+    # its placement set, carried to the LM and worker with the task (an LM's redundant copies
+    # must stay inside it too)
+    nodes: PlacementSet = None
 
 
 class PlacementWire(WireModel):
@@ -217,6 +235,7 @@ def task_to_wire(task: TaskSpec) -> TaskWire:
         mem_mib=task.demand.mem_mib,
         constraints=sorted(task.constraints),
         duration=task.duration,
+        nodes=None if task.nodes is None else sorted(task.nodes),
     )
 
 
@@ -227,6 +246,7 @@ def task_from_wire(wire: TaskWire) -> TaskSpec:
         demand=Resources(wire.cpu_m, wire.mem_mib),
         constraints=frozenset(wire.constraints),
         duration=wire.duration,
+        nodes=None if wire.nodes is None else frozenset(wire.nodes),
     )
 
 

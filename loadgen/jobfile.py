@@ -3,13 +3,16 @@ needs (per-task resources and constraints, user queue, weight), so that a fitted
 synthesized workload can be saved, shared and replayed exactly.
 
     {"job_id": "r-1", "user": "q1", "arrival": 0.0, "weight": 1.0, "estimate": 15.9,
-     "tasks": [{"cpu_m": 500, "mem_mib": 512, "duration": 6.4, "constraints": [4, 20]}]}
+     "tasks": [{"cpu_m": 500, "mem_mib": 512, "duration": 6.4, "constraints": [4, 20],
+                "nodes": ["lm-1/n3", "lm-2/n0"]}]}
 
 `arrival` is seconds after the workload's start; `estimate` (optional) is the scheduler's
 estimate of a task's duration; `name` (optional, 1 to 200 characters) is the job's template,
 shared by the runs of a recurring job (`megha synth --families`; Alibaba's job names). Jobs
 from a DAG source (Alibaba) also carry `"dag"` (each stage and the stages it waits for) and
-each task its `"stage"`; both are optional.
+each task its `"stage"`; both are optional. A task's `"nodes"` (optional, at least one node
+id) is its placement set: the nodes it may run on (where its data is local); without it the
+task may run anywhere. The GM refuses a job naming a node its federation lacks.
 
 A bad line is an `InvalidInput` naming `file:line` and the field; as with traces,
 `skip_bad=True` skips and counts bad lines instead.
@@ -39,6 +42,7 @@ class _Task(BaseModel):
     duration: Seconds
     constraints: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
     stage: str = ""
+    nodes: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
 
 
 class _Job(BaseModel):
@@ -58,6 +62,8 @@ def _task_record(task: ReplayTask) -> dict:
                     "constraints": list(task.constraints)}
     if task.stage:
         record["stage"] = task.stage
+    if task.nodes is not None:
+        record["nodes"] = list(task.nodes)
     return record
 
 
@@ -86,7 +92,9 @@ def job_from_line(text: str, where: str) -> ReplayJob:
                      dag={stage: tuple(parents) for stage, parents in parsed.dag.items()},
                      name=parsed.name,
                      tasks=tuple(ReplayTask(t.cpu_m, t.mem_mib, t.duration,
-                                            tuple(sorted(t.constraints)), t.stage)
+                                            tuple(sorted(t.constraints)), t.stage,
+                                            None if t.nodes is None
+                                            else tuple(sorted(set(t.nodes))))
                                  for t in parsed.tasks))
 
 

@@ -64,6 +64,7 @@ class ReplayTask:
     duration: float
     constraints: tuple[int, ...] = ()
     stage: str = ""  # the DAG stage the task belongs to, if its source has one
+    nodes: tuple[str, ...] | None = None  # its placement set (sorted node ids); None: anywhere
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +84,20 @@ class ReplayJob:
     def submission(self) -> dict:
         """The body of `POST /v1/jobs` (common/wire.py JobSubmission)."""
         body: dict = {"job_id": self.job_id, "user": self.user, "weight": self.weight,
-                      "tasks": [{"cpu_m": t.cpu_m, "mem_mib": t.mem_mib, "duration": t.duration,
-                                 "constraints": list(t.constraints)} for t in self.tasks]}
+                      "tasks": [_task_body(t) for t in self.tasks]}
         if self.estimate is not None:
             body["estimated_task_duration"] = self.estimate
         if self.name is not None:
             body["name"] = self.name
         return body
+
+
+def _task_body(task: ReplayTask) -> dict:
+    body = {"cpu_m": task.cpu_m, "mem_mib": task.mem_mib, "duration": task.duration,
+            "constraints": list(task.constraints)}
+    if task.nodes is not None:
+        body["nodes"] = list(task.nodes)
+    return body
 
 
 @dataclass(frozen=True, slots=True)

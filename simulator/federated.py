@@ -347,7 +347,8 @@ def job_specs(replay_jobs, slot: tuple[int, int] | None = None) -> list[JobSpec]
         tasks = tuple(
             TaskSpec(f"{job.job_id}/{i}", job.job_id,
                      one_slot or Resources(t.cpu_m, t.mem_mib),
-                     frozenset(t.constraints), t.duration)
+                     frozenset(t.constraints), t.duration,
+                     None if t.nodes is None else frozenset(t.nodes))
             for i, t in enumerate(job.tasks))
         specs.append(JobSpec(job.job_id, job.user, tasks, job.arrival, job.weight,
                              job.estimate, name=job.name))

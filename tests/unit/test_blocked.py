@@ -124,9 +124,9 @@ def bits(*ones: int, size: int = 3) -> bitarray:
 def test_capacity_wakes_exactly_the_demands_it_can_take(freed, woken) -> None:
     topology, state = topology_and_state()
     memo = BlockedDemands()
-    demands = {"red": ("u1", (frozenset({RED}), 1000, 1024)),
-               "blue": ("u1", (frozenset({BLUE}), 1000, 1024)),
-               "both": ("u1", (frozenset({RED, BLUE}), 1000, 1024))}
+    demands = {"red": ("u1", (frozenset({RED}), 1000, 1024, None)),
+               "blue": ("u1", (frozenset({BLUE}), 1000, 1024, None)),
+               "both": ("u1", (frozenset({RED, BLUE}), 1000, 1024, None))}
     for demand in demands.values():
         memo.block(demand, Reason.NO_CAPACITY)
     for i in freed:
@@ -140,7 +140,7 @@ def test_capacity_wakes_exactly_the_demands_it_can_take(freed, woken) -> None:
 def test_a_demand_too_big_for_the_freed_room_stays_blocked() -> None:
     topology, state = topology_and_state()
     memo = BlockedDemands()
-    big = ("u1", (frozenset({RED}), 1000, 1024))
+    big = ("u1", (frozenset({RED}), 1000, 1024, None))
     memo.block(big, Reason.NO_CAPACITY)
     state.give(0, 500, 512)  # half a node
     assert memo.wake_by_capacity(bits(0), topology, state, None) == []
@@ -150,7 +150,7 @@ def test_a_demand_too_big_for_the_freed_room_stays_blocked() -> None:
 def test_an_unreachable_lm_wakes_nothing_and_a_new_layout_wakes_all() -> None:
     topology, state = topology_and_state()
     memo = BlockedDemands()
-    demand = ("u1", (frozenset({RED}), 1000, 1024))
+    demand = ("u1", (frozenset({RED}), 1000, 1024, None))
     memo.block(demand, Reason.NO_CAPACITY)
     state.give(0, NODE.cpu_m, NODE.mem_mib)
     assert memo.wake_by_capacity(bits(0), topology, state, bits()) == []
@@ -171,7 +171,7 @@ def test_a_pass_looks_only_at_demands_that_are_ready() -> None:
     fed.run_until_quiet()
     backlog = gm._backlog
     assert not backlog.levels[0].ready  # every waiting demand is blocked after a pass
-    red = ("u1", (frozenset({RED}), NODE.cpu_m, NODE.mem_mib))
+    red = ("u1", (frozenset({RED}), NODE.cpu_m, NODE.mem_mib, None))
     assert len(backlog.levels[0].jobs_by_demand[red]) == 30
     tried = []
     try_place = gm._try_place

@@ -18,12 +18,13 @@ from common.policies.job import FifoPolicy, JobProgress
 from common.reasons import Reason
 from common.resources import Resources
 
-SHAPES = [(frozenset(), 1000, 1024), (frozenset({3}), 1000, 1024), (frozenset(), 2000, 1024)]
+SHAPES = [(frozenset(), 1000, 1024, None), (frozenset({3}), 1000, 1024, None),
+          (frozenset(), 2000, 1024, None)]
 
 
 def make_job(n: int, user: str, shapes: list[int]) -> JobRecord:
     job_id = f"j{n}"
-    tasks = tuple(TaskSpec(f"{job_id}/{i}", job_id, Resources(*SHAPES[s][1:]), SHAPES[s][0])
+    tasks = tuple(TaskSpec(f"{job_id}/{i}", job_id, Resources(*SHAPES[s][1:3]), SHAPES[s][0])
                   for i, s in enumerate(shapes))
     spec = JobSpec(job_id, user, tasks, 0.0)
     record = JobRecord(spec, JobProgress(len(tasks), n, 0.0, None))
