@@ -13,6 +13,9 @@
                   `--preset federated`: the copy policies (none, srpt+r, fair+r, laps+r) on the
                   federated cluster, YH1_sub's jobs on 400 slots of varying speed in 4 LMs, at
                   offered loads 0.5 to 1.2 (`redundancy_cluster.py`)
+    packing       the packing-and-placement paper's study: LP-ordered schedulers against PSRS,
+                  Tetris, JSQ-MaxWeight, WSPT and FIFO, offline and online, three weight
+                  schemes, each run's weighted JCT over the LP lower bound (`packing.py`)
 
 `--values` changes what is swept (schedulers; node counts; GxL pairs; seconds). Every run's
 event log, the figures of all runs (JSON) and a side-by-side table go to `--out`, and
@@ -34,7 +37,7 @@ from inspection.compare import compare
 from inspection.terminal import render_comparison
 from simulator import command as simulate
 from simulator.cluster import shaped_federation
-from simulator.experiments import redundancy
+from simulator.experiments import packing, redundancy
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 BUNDLED_TRACE = ROOT / "deploy" / "workloads" / "YH1_sub.tr"
@@ -49,6 +52,7 @@ EXPERIMENTS = {
     "slearn": ("job policies", "slearn,3sigma,3sigma-tl,point-est,las,fifo,oracle",
                {"nodes": 500, "gms": 2, "lms": 5}),
     "redundancy": ("allocation policies", "srpt,srpt+r,fair,fair+r,laps,laps+r", {}),
+    "packing": ("packing algorithms", "per setting (see packing.py)", {}),
 }
 
 
@@ -63,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write megha inspect's HTML report of every run")
     simulate.add_arguments(parser)
     redundancy.add_arguments(parser)
+    packing.add_arguments(parser)
     for action in parser._actions:  # the cluster's defaults depend on the experiment
         if action.dest in ("gms", "lms", "nodes_per_worker"):
             action.default = None
@@ -97,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         return slearn.run(args)
     if args.experiment == "redundancy":
         return redundancy.run(args)
+    if args.experiment == "packing":
+        return packing.run(args)
     what, default_values, cluster_defaults = EXPERIMENTS[args.experiment]
     for option in ("log", "results"):
         if getattr(args, option) is not None:

@@ -89,8 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"redundancy: paper (default), the paper's model: one-task jobs on "
                             f"--machines machines of varying speed; federated, the federated "
                             f"cluster's copies: {redundancy_cluster.HELP}")
-    group.add_argument("--machines", type=int, default=DEFAULT_MACHINES,
-                       help="redundancy: machines (default 100, the paper's)")
+    group.add_argument("--machines", type=int, default=None,
+                       help="redundancy: machines (default 100, the paper's); packing: machines "
+                            "(default 10)")
     group.add_argument("--rates", default=DEFAULT_RATES,
                        help=f"redundancy: arrival rates, jobs per time unit (default "
                             f"{DEFAULT_RATES})")
@@ -104,9 +105,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--speed", choices=("two-state", "gamma", "constant"),
                        default="two-state",
                        help="redundancy: machine rates (default two-state, the paper's)")
-    group.add_argument("--loads", default=DEFAULT_LOADS,
+    group.add_argument("--loads", default=None,
                        help=f"redundancy, federated: offered loads, the share of the slots the "
-                            f"arriving tasks ask for (default {DEFAULT_LOADS})")
+                            f"arriving tasks ask for (default {DEFAULT_LOADS}); packing: the "
+                            f"online runs' offered loads (default 1)")
     group.add_argument("--max-copies", type=int, default=DEFAULT_MAX_COPIES,
                        help=f"redundancy, federated: copies of one task, the original included "
                             f"(default {DEFAULT_MAX_COPIES}, the federation file's; 0: no bound)")
@@ -166,6 +168,8 @@ def _summary(results: list[RunResult]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.machines = DEFAULT_MACHINES if args.machines is None else args.machines
+    args.loads = args.loads or DEFAULT_LOADS
     if args.preset == "federated":
         from simulator.experiments import redundancy_cluster
 

@@ -20,10 +20,12 @@ from common.policies.registry import Registry
 from common.worker import WorkerAgent
 
 FAMILIES = ("policies.fairness", "policies.job", "policies.local_queue", "policies.placement",
-            "policies.redundancy.policy", "redundancy experiment")
+            "policies.redundancy.policy", "redundancy experiment", "packing experiment")
 # Families only the simulator's own models choose, not a federation file: the SRPT+R paper's
-# machine allocation runs in simulator/redundancy.py (the LMs' copies are the other family).
-SIMULATOR_ONLY = {"redundancy experiment"}
+# machine allocation runs in simulator/redundancy.py (the LMs' copies are the other family);
+# the packing paper's schedulers in simulator/packing.py (the GM's side is its wspt job policy
+# and per-task placement sets).
+SIMULATOR_ONLY = {"redundancy experiment", "packing experiment"}
 
 # What each family's `make` passes (a family module's docstring says so); the local queue
 # family hands out classes (`get`), made with nothing.

@@ -1,0 +1,17 @@
+"""The packing family: parallel-task jobs packed onto machines under placement sets, for the
+least weighted completion time (the packing-and-placement paper's model and algorithms).
+
+- `model`: the instance (machines with capacities, jobs with weights and release times, tasks
+  with demands, placement sets and machine-dependent durations) and its validation.
+- `lp`: the interval-indexed LP relaxations (with and without migration) and the pairwise
+  ordering LP, solved with HiGHS: the algorithms' job orders and the lower bound every
+  schedule is compared to.
+- `schedulers`: the decision interface (`PackingPolicy`) and its registry; `ordered` (the
+  LP-ordered algorithms, WSPT and FIFO) and `baselines` (PSRS, Tetris, JSQ-MaxWeight)
+  register into it.
+
+The simulator's `megha experiment packing` drives them (simulator/packing.py). The GM runs the
+ordering side of the family through its job policy `wspt` and per-task placement sets
+(TaskSpec.nodes); the LP orders need every job's durations up front, which only the simulator
+has. This package needs numpy and scipy: import the submodule you need.
+"""
