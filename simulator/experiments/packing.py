@@ -43,6 +43,7 @@ from common.policies.packing.model import Instance
 from common.policies.packing.schedulers import PACKING_POLICIES, SETTINGS, PackingOptions
 from loadgen.trace import read_trace
 from simulator.experiments.redundancy import Sweep, write_study
+from simulator.experiments.redundancy_cluster import _loads as parse_loads
 from simulator.packing import PackingRun, simulate
 from simulator.packing_workload import WEIGHTS, build_instance
 
@@ -93,17 +94,6 @@ def _listed(text: str, known: tuple[str, ...], option: str) -> list[str]:
     return values
 
 
-def _loads(text: str) -> list[float]:
-    try:
-        loads = [float(value) for value in text.split(",")]
-    except ValueError:
-        raise InvalidInput("--loads", f"expected numbers separated by commas, got "
-                                      f"{text!r}") from None
-    if not all(value > 0 for value in loads):
-        raise InvalidInput("--loads", f"offered loads must be > 0, got {text!r}")
-    return loads
-
-
 def _algorithms(values: str | None, setting: str) -> list[str]:
     if values is None:
         return list(ALGORITHMS[setting])
@@ -146,7 +136,7 @@ def _points(args: argparse.Namespace) -> list[dict]:
     settings = _listed(args.settings, SETTINGS, "--settings")
     weights = _listed(args.weights, WEIGHTS, "--weights")
     modes = _listed(args.modes, ("offline", "online"), "--modes")
-    loads = _loads(args.loads or DEFAULT_LOADS)
+    loads = parse_loads(args.loads or DEFAULT_LOADS)
     points = []
     for setting in settings:
         for mode in modes:
