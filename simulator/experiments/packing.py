@@ -42,8 +42,8 @@ from common.policies.packing import lp
 from common.policies.packing.model import Instance
 from common.policies.packing.schedulers import PACKING_POLICIES, SETTINGS, PackingOptions
 from loadgen.trace import read_trace
-from simulator.experiments.redundancy import Sweep, write_study
-from simulator.experiments.redundancy_cluster import _loads as parse_loads
+from simulator.experiments.redundancy import write_tables
+from simulator.experiments.redundancy_cluster import parse_loads
 from simulator.packing import PackingRun, simulate
 from simulator.packing_workload import WEIGHTS, build_instance
 
@@ -158,8 +158,9 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput("--resolve-growth", "the re-solve intervals must be > 0 s and grow "
                                                "by a factor >= 1")
     points = _points(args)
-    trace_path = args.trace or Path(__file__).resolve().parents[2] / "deploy" / "workloads" \
-        / "YH1_sub.tr"
+    from simulator.experiments import BUNDLED_TRACE  # the package imports this module
+
+    trace_path = args.trace or BUNDLED_TRACE
     trace = read_trace(trace_path).jobs
     out = args.out or Path("experiments") / "packing"
     out.mkdir(parents=True, exist_ok=True)
@@ -212,18 +213,9 @@ def run(args: argparse.Namespace) -> int:
                "remote_factor": args.remote_factor, "trace": str(trace_path),
                "seed": args.seed, "bounds": bounds, "runs": runs}
     tables = [ratio_table(runs, bounds)]
-    algorithms = sorted({r["algorithm"] for r in runs})
-    columns = [_column(b) for b in bounds]
-    sweep = Sweep(field="column", heading="{value}", axis="setting",
-                  measure="weighted JCT", cdf=lambda record: record["jct_cdf"],
-                  baseline="wspt", cluster=f"{machines} machines",
-                  title="Packing and placement: weighted completion time")
-    for record in runs:
-        record["column"] = _column(record)
-        record["policy"] = record["algorithm"]
-    write_study(out, results, tables, sweep, algorithms, columns, None)
+    write_tables(out, results, tables)
     if args.html is not None:
-        _write_html(args.html, runs, algorithms, bounds, tables)
+        _write_html(args.html, runs, bounds, tables)
         print(f"report in {args.html}")
     print(f"results in {out}/ (results.json, table.txt); "
           f"{time.perf_counter() - started:.0f} s")
@@ -263,8 +255,7 @@ def ratio_table(runs: list[dict], bounds: list[dict]) -> Table:
     return shown
 
 
-def _write_html(path: Path, runs: list[dict], algorithms: list[str], bounds: list[dict],
-                tables: list[Table]) -> None:
+def _write_html(path: Path, runs: list[dict], bounds: list[dict], tables: list[Table]) -> None:
     import base64
     import io
 

@@ -213,15 +213,20 @@ def write_study(out: Path, results: dict, tables: list[Table], sweep: Sweep,
                 policies: list[str], values: list[float], html: Path | None) -> None:
     """results.json, the tables on the terminal and in table.txt, and with `html` the page of
     tables and plots."""
+    write_tables(out, results, tables)
+    if html is not None:
+        _write_html(html, results["runs"], policies, values, tables, sweep)
+        print(f"report in {html}")
+
+
+def write_tables(out: Path, results: dict, tables: list[Table]) -> None:
+    """results.json, and the tables on the terminal and in table.txt."""
     (out / "results.json").write_text(json.dumps(results, indent=1))
     console = Console(width=160)
     with (out / "table.txt").open("w") as file:
         for shown in tables:
             console.print(shown)
             Console(file=file, width=160).print(shown)
-    if html is not None:
-        _write_html(html, results["runs"], policies, values, tables, sweep)
-        print(f"report in {html}")
 
 
 def mean_table(runs: list[dict], policies: list[str], values: list[float], sweep: Sweep) -> Table:

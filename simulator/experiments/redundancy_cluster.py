@@ -134,7 +134,7 @@ class Pace:
 
 def run(args: argparse.Namespace) -> int:
     _refuse_preset_options(args)
-    policies, loads = _policies(args.values), _loads(args.loads)
+    policies, loads = _policies(args.values), parse_loads(args.loads)
     _check_numbers(args)
     cluster = _cluster(args)
     workload = _workload(args)
@@ -206,7 +206,7 @@ def _policies(values: str | None) -> list[str]:
     return policies
 
 
-def _loads(text: str) -> list[float]:
+def parse_loads(text: str) -> list[float]:
     try:
         loads = [float(value) for value in text.split(",")]
     except ValueError:
