@@ -205,6 +205,18 @@ def test_a_non_preemptive_scheduler_never_preempts_and_lp_np_follows_the_lp() ->
     check_schedule(instance, run, preemptive=False)
 
 
+def test_lp_np_waits_for_the_local_machine_the_lp_chose_where_greedy_goes_remote() -> None:
+    # both tasks fill machine 0, their data's; machine 1 would take 10x as long
+    instance = Instance(((1.0,), (1.0,)), (job(0, [1.0], remote=10.0),
+                                           job(1, [1.0], remote=10.0))).validate()
+    greedy = simulate(instance, "wspt")
+    assert greedy.counts["remote_starts"] == 1 and max(greedy.completion.values()) == 10.0
+    run = simulate(instance, "lp-np", record=True)
+    assert run.counts["remote_starts"] == 0
+    assert sorted(run.completion.values()) == [1.0, 2.0]
+    check_schedule(instance, run, preemptive=False)
+
+
 # -- workloads and the experiment ---------------------------------------------------------------
 
 

@@ -4,10 +4,12 @@
 - `wspt`: Smith's rule, the largest weight per unit of volume first (volume: duration x demand
   as shares of a machine, summed over the job's tasks); greedy non-preemptive packing.
 - `lp-np`: the paper's non-preemptive algorithm as this project runs it: solve the interval LP
-  without migration, order jobs by their LP completion times, and pack greedily in that order
-  under the placement sets (local machines before remote ones). The paper instead maps each task
-  to one machine-interval through a bipartite matching on the LP's solution and packs each
-  machine-interval in turn; the order, which is what the LP contributes to the cost, is the same.
+  without migration; order jobs by their LP completion times; pack greedily in that order, and
+  where the LP ran a task mostly (half or more) on its local machines, keep it waiting for one of
+  them until the end of the interval by which the LP had half of it done, then let it go remote.
+  The paper maps each task to one machine-interval through a bipartite matching on the LP's
+  solution and packs each machine-interval in turn; we keep its two decisions (the order, and
+  local or remote by the LP's time) without the matching.
 - `lp-migrate`: the preemptive algorithm with migration: the interval LP with migration gives
   the order; at every change the tasks are packed afresh in that order onto any machine of
   their placement sets (or remote), a running task keeping its machine when it still fits
@@ -142,11 +144,22 @@ class OrderedGreedy:
             for job in arrived:
                 for task in state.instance.jobs[job].tasks:
                     self._insert(state, (job, task.index))
-        machines = list(range(state.instance.machines)) if arrived else sorted(freed)
-        starts = greedy_pack(state, (entry[2] for entry in self.waiting), machines)
+        widened = self.rescan(state)
+        machines = list(range(state.instance.machines)) if arrived or widened else sorted(freed)
+        starts = greedy_pack(state, (entry[2] for entry in self.waiting), machines,
+                             self.local_only(state))
         for key, _ in starts:
             self.waiting.remove(self.entry.pop(key))
         return Decision(starts=starts)
+
+    def rescan(self, state: PackingState) -> bool:
+        """Whether every machine must be looked at although none freed (a task's choices
+        widened)."""
+        return False
+
+    def local_only(self, state: PackingState) -> frozenset[TaskKey] | set[TaskKey]:
+        """Waiting tasks that may not take a remote machine now."""
+        return frozenset()
 
     def wake_at(self) -> float | None:
         return None
@@ -174,6 +187,7 @@ class LPOrder:
         self.resolver = Resolver(online, options)
         self.migration = migration
         self.completion: dict[int, float] = {}
+        self.solution: lp.LPSolution | None = None
 
     def key(self, state: PackingState, job: int) -> tuple:
         if job in self.completion:
@@ -189,6 +203,7 @@ class LPOrder:
             self.resolver.solved(state, None)  # keep the order we have
             return False
         self.completion = dict(solution.completion)
+        self.solution = solution
         self.resolver.solved(state, solution)
         return True
 
@@ -205,6 +220,8 @@ class LPNonPreemptive(OrderedGreedy):
     def __init__(self, online: bool = False, options: PackingOptions = DEFAULT_OPTIONS) -> None:
         super().__init__(online, options)
         self.lp = LPOrder(online, options, migration=False)
+        # tasks the LP ran mostly on their local machines: until when they wait for one
+        self.local_until: dict[TaskKey, float] = {}
 
     def job_key(self, state: PackingState, job: int) -> tuple:
         return self.lp.key(state, job)
@@ -213,10 +230,30 @@ class LPNonPreemptive(OrderedGreedy):
         if not self.lp.refresh(state):
             return False
         self.keys = {job: self.lp.key(state, job) for job in state.present}
+        solution = self.lp.solution
+        self.local_until = {
+            key: solution.half_done[key] for key, mass in solution.mass.items()
+            if key in state.left and sum(share for m, share in mass.items()
+                                         if m in state.task(key).local) >= 0.5}
         return True
 
+    def rescan(self, state: PackingState) -> bool:
+        """A task whose LP time for a local machine passed may now go remote: look at every
+        machine."""
+        expired = [key for key, until in self.local_until.items()
+                   if until <= state.now + EPS or key not in state.left]
+        for key in expired:
+            del self.local_until[key]
+        return any(key in state.left for key in expired)
+
+    def local_only(self, state: PackingState) -> set[TaskKey]:
+        return set(self.local_until)
+
     def wake_at(self) -> float | None:
-        return self.lp.resolver.next if self.online else None
+        times = [self.lp.resolver.next] if self.online and self.lp.resolver.next else []
+        if self.local_until:
+            times.append(min(self.local_until.values()))
+        return min(times, default=None)
 
     def figures(self) -> dict:
         return self.lp.resolver.figures()

@@ -100,9 +100,9 @@ class TaskTable:
 
 
 def first_fit(state: PackingState, key: TaskKey, free: np.ndarray, machines: list[int],
-              ) -> int:
+              remote_ok: bool = True) -> int:
     """The first of `machines` with room for `key` in `free` (its placement set first, then
-    remote ones if it may run remotely), or -1."""
+    remote ones if it may run remotely and `remote_ok`), or -1."""
     task = state.task(key)
     demand = task.demand
     remote: list[int] = []
@@ -111,7 +111,7 @@ def first_fit(state: PackingState, key: TaskKey, free: np.ndarray, machines: lis
             remote.append(m)
         elif np.all(free[m] + EPS >= demand):
             return m
-    if task.remote_factor is None:
+    if task.remote_factor is None or not remote_ok:
         return -1
     for m in remote:
         if np.all(free[m] + EPS >= demand):
@@ -119,10 +119,12 @@ def first_fit(state: PackingState, key: TaskKey, free: np.ndarray, machines: lis
     return -1
 
 
-def greedy_pack(state: PackingState, order, machines: list[int]) -> list[tuple[TaskKey, int]]:
+def greedy_pack(state: PackingState, order, machines: list[int],
+                local_only=frozenset()) -> list[tuple[TaskKey, int]]:
     """Non-preemptive greedy packing: each waiting task of `order` in turn goes to the first
-    of `machines` with room (local before remote), skipping tasks that fit nowhere; stops
-    early once no machine has room for the smallest waiting demand."""
+    of `machines` with room (local before remote; only local for the tasks of `local_only`),
+    skipping tasks that fit nowhere; stops early once no machine has room for the smallest
+    waiting demand."""
     if not machines:
         return []
     free = state.free.copy()
@@ -132,7 +134,7 @@ def greedy_pack(state: PackingState, order, machines: list[int]) -> list[tuple[T
     for key in order:
         if not open_machines:
             break
-        m = first_fit(state, key, free, open_machines)
+        m = first_fit(state, key, free, open_machines, key not in local_only)
         if m < 0:
             continue
         starts.append((key, m))
