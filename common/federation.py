@@ -323,6 +323,24 @@ class HistoryOptions(_Table):
         return self
 
 
+class LPOptions(_Table):
+    """The `lp` job policy's re-solving (common/policies/jobs/lp_order.py)."""
+
+    resolve_first: Seconds = 1.0  # the first interval, from the GM's first job
+    resolve_growth: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5  # next / last
+    resolve_max: Seconds = 10.0  # no interval longer: a GM runs for as long as it is up
+    max_jobs: AtLeastOne = 200  # jobs in one LP (the highest weight per volume)
+    time_limit: Seconds = 0.5  # a solve that runs out keeps the previous order
+    epsilon: Seconds = 0.5  # the LP's time points grow by 1 + epsilon
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LPOptions:
+        if self.resolve_max < self.resolve_first:
+            raise _refused(f"must be at least resolve_first ({self.resolve_first}), got "
+                           f"{self.resolve_max}", key="resolve_max")
+        return self
+
+
 class LocalQueueOptions(_Table):
     """Worker local queues (docs/local-queues.md). Depth 0 is Megha's: a GM places a task
     only where it fits now, so a worker's queue stays empty."""
@@ -363,6 +381,7 @@ class Policies(_Table):
     queues: QueueOptions = Field(default_factory=QueueOptions)
     slearn: SLearnOptions = Field(default_factory=SLearnOptions)
     history: HistoryOptions = Field(default_factory=HistoryOptions)
+    lp: LPOptions = Field(default_factory=LPOptions)
 
     def job_options(self) -> dict[str, Any]:
         """The options of the chosen job policy: the fields of the tables it reads

@@ -140,10 +140,7 @@ class GlobalMaster:
             return
         self.check_job(job)
         self._job_seq += 1
-        progress = JobProgress(len(job.tasks), self._job_seq, job.arrival,
-                               job.estimated_task_duration, user=job.user, name=job.name,
-                               true_work=sum(task.duration or 0.0 for task in job.tasks),
-                               admitted_at=step.now, weight=job.weight)
+        progress = JobProgress.of(job, self._job_seq, step.now)
         record = JobRecord(job, progress)
         self.policy.admit(progress, self.rng)
         record.key = self.policy.order_key(progress)
@@ -203,6 +200,9 @@ class GlobalMaster:
         if not backlog:
             return
         view = self.view
+        reordered = backlog.reorder(step.now, view.capacity, self.jobs.values())
+        if reordered:
+            step.emit(Log("jobs_reordered", {"gm": self.gm} | reordered))
         if not view.any_reachable:
             return
         backlog.wake_by_capacity(view)

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from common.gm_records import TaskRecord
 
-Shape = tuple[frozenset[int], int, int]  # TaskSpec.shape: constraints, cpu_m, mem_mib
+Shape = tuple[frozenset[int], int, int, frozenset[str] | None]  # TaskSpec.shape: constraints,
+# cpu_m, mem_mib, placement set
 
 
 class JobQueue:

@@ -25,15 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from heapq import heapify, heappop, heapreplace
+from typing import Protocol, runtime_checkable
 
 from sortedcontainers import SortedList
 
 from common.blocked import BlockedDemands, Demand
 from common.errors import InvariantViolated
-from common.gm_records import JobRecord, TaskRecord
+from common.gm_records import ENDED_JOB_STATES, JobRecord, TaskRecord
 from common.job_queue import JobQueue
 from common.lifecycle import TaskState
-from common.policies.job import JobPolicy
+from common.policies.job import JobPolicy, JobProgress
 from common.policies.jobs.ladder import LevelShares
 from common.reasons import Reason
 from common.view import FederationView
@@ -218,6 +219,21 @@ class WaitingIndex:
                                     f"{len(self.ready)}, expected {len(expected)}")
 
 
+@runtime_checkable
+class Reordering(Protocol):
+    """A job policy whose keys may all change at once (`lp`, which solves an LP over the GM's
+    jobs now and then; `psrs`, whose keys depend on the pool's capacity). The GM's backlog
+    asks before every pass and re-keys every waiting job when told to."""
+
+    last: dict | None  # what the last solve did, for the GM's log (None: nothing to say)
+
+    def reorder(self, now: float, capacity: tuple[float, float]) -> bool:
+        """Given the clock and the federation's (millicores, MiB): True when keys changed."""
+
+    def job_ended(self, job: JobProgress) -> None:
+        """The job is done or failed: it leaves the policy's view."""
+
+
 class Backlog:
     """The GM's waiting tasks: pending (one index per priority queue of the job policy, one
     when it has none) and held, and the memo of demands that fit nowhere."""
@@ -237,6 +253,7 @@ class Backlog:
             self.shares = LevelShares(ladder)
         self.held = WaitingIndex("held", self.blocked,
                                  lambda job: (job.progress.seq, job.spec.job_id))
+        self.reordering = policy if isinstance(policy, Reordering) else None
 
     def __bool__(self) -> bool:
         return bool(self.held.jobs_by_demand) or any(
@@ -277,6 +294,19 @@ class Backlog:
         """The job ended: nothing of it waits any more."""
         self._pending(job).drop(job)
         self.held.drop(job)
+        if self.reordering is not None:
+            self.reordering.job_ended(job.progress)
+
+    def reorder(self, now: float, capacity: tuple[float, float],
+                jobs: Iterable[JobRecord]) -> dict | None:
+        """Before a pass: if the job policy re-keyed its jobs (an LP solve), refile every
+        unfinished job under its new key; what the policy says of it, for the log."""
+        if self.reordering is None or not self.reordering.reorder(now, capacity):
+            return None
+        for job in jobs:
+            if job.state not in ENDED_JOB_STATES:
+                self.refile(job)
+        return self.reordering.last
 
     def refile(self, job: JobRecord) -> None:
         """A task of the job ended or its size became known: the job policy's key or level

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from common.errors import InvalidInput
 from common.federation import Federation, Variability
 from common.policies.job import JOB_POLICIES
+from common.policies.placement import PLACEMENT_POLICIES
 from common.policies.redundancy.copies import COPY_POLICIES
 from loadgen.sources import add_workload_arguments, build_workload, load_config
 from simulator.baselines import DEFAULT_PROBE_RATIO, RandomSimulation, SparrowSimulation
@@ -63,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--job-policy", choices=JOB_POLICIES.names(), default=None,
                      help="megha and centralized: the GMs' job policy (default: the "
                           "federation file's; fifo for --nodes)")
+    sim.add_argument("--placement", choices=PLACEMENT_POLICIES.names(), default=None,
+                     help="megha and centralized: which fitting node a task gets (default: "
+                          "the federation file's; first_fit for --nodes)")
     sim.add_argument("--variability", choices=("none", "two-state", "gamma"), default=None,
                      help="megha and centralized: how nodes' speeds vary, with its defaults "
                           "(default: the federation file's [variability]; none for --nodes)")
@@ -111,12 +115,16 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
 
 def with_overrides(federation: Federation, args: argparse.Namespace) -> Federation:
     """`federation` with what the command line overrides, where given: its GMs' job policy
-    (`--job-policy`), its nodes' speed model (`--variability`, with that model's defaults),
-    its local queues' depth (`--queue-depth`) and its LMs' copies (`--redundancy`)."""
+    (`--job-policy`) and placement (`--placement`), its nodes' speed model (`--variability`,
+    with that model's defaults), its local queues' depth (`--queue-depth`) and its LMs'
+    copies (`--redundancy`)."""
     policies = federation.policies
     job_policy = getattr(args, "job_policy", None)
     if job_policy is not None:
         policies = policies.model_copy(update={"job": job_policy})
+    placement = getattr(args, "placement", None)
+    if placement is not None:
+        policies = policies.model_copy(update={"placement": placement})
     queue_depth = getattr(args, "queue_depth", None)
     if queue_depth is not None:
         if queue_depth < 0:
@@ -241,8 +249,10 @@ def _simulate(args: argparse.Namespace, scheduler: str, federation: Federation,
               f"{allocation['p99'] * 1e3:.2f}  max {allocation['max'] * 1e3:.2f}  mean "
               f"{allocation['mean'] * 1e3:.2f}")
     if jct.get("count"):
+        weighted = report["jct"].get("weighted_mean") if report["jct"].get("weighted") else None
         print(f"  jct s over {jct['count']} jobs: mean {jct['mean']:.2f}  p50 {jct['p50']:.2f}"
-              f"  p99 {jct['p99']:.2f}")
+              f"  p99 {jct['p99']:.2f}"
+              + ("" if weighted is None else f"  weighted mean {weighted:.2f}"))
     if log_path is not None:
         print(f"  event log {log_path} (megha inspect {log_path})", flush=True)
     return report | {"wall_s": wall, "virtual_s": virtual, "steps": steps,

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 from common.policies.registry import Registry
 
 if TYPE_CHECKING:
+    from common.models import JobSpec
     from common.policies.jobs.ladder import QueueLadder
 
 
@@ -51,6 +52,11 @@ class JobProgress:
     weight: float = 1.0  # its weight in the weighted JCT (`JobSpec.weight`)
     name: str | None = None  # a recurring job's template, if the workload names it
     true_work: float = 0.0  # its tasks' stated durations summed: read by oracle, wspt
+    # its tasks' stated durations times their demands, summed: millicore-seconds and
+    # MiB-seconds (read by psrs and lp, which weigh a job by the room it takes)
+    cpu_work: float = 0.0
+    mem_work: float = 0.0
+    longest_stated: float = 0.0  # its longest task's stated duration (lp: a job's shortest span)
     admitted_at: float = 0.0  # the GM's clock when the job arrived
     done: int = 0
     attained: float = 0.0  # the summed runtime of its finished tasks, task-seconds
@@ -74,6 +80,20 @@ class JobProgress:
     def estimated_remaining_work(self) -> float | None:
         per_task = self.estimated_task_duration or self.trace_estimate
         return None if per_task is None else per_task * self.remaining
+
+    @classmethod
+    def of(cls, job: JobSpec, seq: int, now: float) -> JobProgress:
+        """A job's progress as it arrives: the `seq`th at its GM, at `now` on its clock."""
+        true_work = cpu_work = mem_work = longest = 0.0
+        for task in job.tasks:
+            duration = task.duration or 0.0
+            true_work += duration
+            cpu_work += duration * task.demand.cpu_m
+            mem_work += duration * task.demand.mem_mib
+            longest = max(longest, duration)
+        return cls(len(job.tasks), seq, job.arrival, job.estimated_task_duration, user=job.user,
+                   name=job.name, true_work=true_work, admitted_at=now, weight=job.weight,
+                   cpu_work=cpu_work, mem_work=mem_work, longest_stated=longest)
 
     def finish(self, runtime: float) -> None:
         """One of its tasks finished after `runtime` seconds."""
@@ -139,6 +159,7 @@ class FifoPolicy:
         return {}
 
 
-# the size-learning policies and wspt register themselves on import
+# the size-learning policies, wspt, psrs and lp register themselves on import
+from common.policies.jobs import lp_order as _lp_order  # noqa: E402,F401
 from common.policies.jobs import predictors as _predictors  # noqa: E402,F401
 from common.policies.jobs import weighted as _weighted  # noqa: E402,F401

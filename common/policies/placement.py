@@ -8,6 +8,12 @@ free resources, and picks one.
   the GM starts at the next LM's first node, round-robin across LMs.
 - `best_fit`: the fitting node the task leaves the least room on (normalised cpu plus memory
   left over), wherever it is: packs tighter, scans every candidate.
+- `tetris`: the packing paper's Tetris baseline, Tetris's alignment score: the fitting node
+  whose free resources best line up with the task's demand (the sum over cpu and memory of
+  demand times free room, each a share of the node's capacity), so that a task goes where its
+  kind of room is plentiful; scans every candidate. Tetris's other term, a job's weight over
+  its remaining volume, is the job policy's (`psrs` orders by it); placement sets stay strict
+  in a GM, so its remote penalty has nothing to weigh.
 
 `PLACEMENT_POLICIES.make(name)` passes nothing: a placement policy keeps no state.
 """
@@ -69,6 +75,23 @@ class BestFit:
                 left = (free_cpu[i] - cpu_m) / cap_cpu[i] + (free_mem[i] - mem_mib) / cap_mem[i]
                 if left < best_left:
                     best, best_left = i, left
+        return best
+
+
+@PLACEMENT_POLICIES.register("tetris")
+class TetrisAlignment:
+    def choose(
+        self, state: ClusterState, candidates: bitarray, cpu_m: int, mem_mib: int, start: int
+    ) -> int:
+        free_cpu, free_mem = state.free_cpu, state.free_mem
+        cap_cpu, cap_mem = state.topology.cap_cpu, state.topology.cap_mem
+        best, best_score = -1, -1.0
+        for i in candidates.search(1):
+            if free_cpu[i] >= cpu_m and free_mem[i] >= mem_mib:
+                score = (cpu_m * free_cpu[i] / (cap_cpu[i] * cap_cpu[i])
+                         + mem_mib * free_mem[i] / (cap_mem[i] * cap_mem[i]))
+                if score > best_score:
+                    best, best_score = i, score
         return best
 
 

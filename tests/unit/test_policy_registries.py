@@ -23,8 +23,8 @@ FAMILIES = ("policies.fairness", "policies.job", "policies.local_queue", "polici
             "policies.redundancy.policy", "redundancy experiment", "packing experiment")
 # Families only the simulator's own models choose, not a federation file: the SRPT+R paper's
 # machine allocation runs in simulator/redundancy.py (the LMs' copies are the other family);
-# the packing paper's schedulers in simulator/packing.py (the GM's side is its wspt job policy
-# and per-task placement sets).
+# the packing paper's schedulers in simulator/packing.py (the GM's side: the lp, psrs and wspt job
+# policies, the tetris placement and per-task placement sets).
 SIMULATOR_ONLY = {"redundancy experiment", "packing experiment"}
 
 # What each family's `make` passes (a family module's docstring says so); the local queue
