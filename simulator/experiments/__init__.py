@@ -21,6 +21,10 @@
 event log, the figures of all runs (JSON) and a side-by-side table go to `--out`, and
 `--html` adds megha inspect's report of them all. The workload options are `megha replay`'s;
 `--jobs 300` makes any experiment quick.
+
+The runs of an experiment are independent: they go to a pool of `--workers` processes
+(default one per core; 1: one after the other in this process) or, with `--dask ADDRESS`, to a
+Dask cluster (simulator/sweep.py, docs/sweeps.md). The results are the same wherever they ran.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from common.errors import InvalidInput
 from inspection.compare import compare
 from inspection.terminal import render_comparison
 from simulator import command as simulate
+from simulator import sweep
 from simulator.cluster import shaped_federation
 from simulator.experiments import packing, redundancy
 
@@ -65,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "experiments/NAME)")
     parser.add_argument("--html", type=Path, default=None,
                         help="also write megha inspect's HTML report of every run")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="runs at once, one process each (default: the CPU count; 1: one "
+                             "after the other in this process)")
+    parser.add_argument("--dask", default=None, metavar="ADDRESS",
+                        help="run on the Dask cluster whose scheduler is at ADDRESS "
+                             "(tcp://host:8786) instead (the 'sweep' extra; docs/sweeps.md)")
     simulate.add_arguments(parser)
     redundancy.add_arguments(parser)
     packing.add_arguments(parser)
@@ -96,6 +107,7 @@ def _runs(name: str, values: list[str]) -> list[tuple[str, dict]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    sweep.check(args.workers, args.dask)
     if args.experiment == "slearn":
         from simulator.experiments import slearn
 
@@ -125,25 +137,49 @@ def run(args: argparse.Namespace) -> int:
     base["lms"] = base["lms"] or 25
     out = args.out or Path("experiments") / args.experiment
     out.mkdir(parents=True, exist_ok=True)
-    reports = []
-    for name, change in _runs(args.experiment, (args.values or default_values).split(",")):
-        shape = base | change
-        gms, lms = (1, 1) if shape["scheduler"] == "centralized" else (shape["gms"], shape["lms"])
-        heartbeat = 10.0 if shape["heartbeat"] is None else shape["heartbeat"]
-        federation = shaped_federation(
-            shape["nodes"], gms, lms, slots=args.slots, node=simulate.parse_node(args.node),
-            nodes_per_worker=args.nodes_per_worker or NODES_PER_WORKER,
-            heartbeat_interval=heartbeat,
-            seed=args.seed)
-        federation = simulate.with_overrides(federation, args)
-        where = f"{shape['nodes']} nodes, {gms} GMs, {lms} LMs, heartbeat {heartbeat:g} s"
-        log = None if args.no_log else out / f"{name}.log"
-        result = simulate.simulate_once(args, shape["scheduler"], federation, where, log, name)
-        reports.append(result | {"name": name, "shape": shape | {"gms": gms, "lms": lms}})
+    shapes = [(name, _scheduler_shape(base | change))
+              for name, change in _runs(args.experiment, (args.values or default_values)
+                                        .split(","))]
+    results = sweep.run_sweep(
+        [sweep.Run(name, _simulate_shape, (args, shape, name),
+                   None if args.no_log else out / f"{name}.log")
+         for name, shape in shapes],
+        workers=args.workers, dask=args.dask, on_done=sweep.progress_printer(run_line))
+    reports = [result | {"name": name, "shape": shape}
+               for (name, shape), result in zip(shapes, results, strict=True)]
     write_results(args.experiment, out, reports, args.html)
     print(f"results in {out}/ (results.json, table.txt"
           f"{', one event log per run' if not args.no_log else ''})")
     return 0
+
+
+def _scheduler_shape(shape: dict) -> dict:
+    """`shape` as its scheduler runs it: centralized is one GM and one LM."""
+    return shape | {"gms": 1, "lms": 1} if shape["scheduler"] == "centralized" else shape
+
+
+def _simulate_shape(args: argparse.Namespace, shape: dict, name: str,
+                    log: Path | None = None) -> dict:
+    """One run of a generic experiment, wherever the sweep sends it: the cluster of `shape`
+    (built here, not shipped: 50,000 nodes are quicker to make than to pickle), the workload
+    of `args`; megha inspect's figures of it."""
+    heartbeat = 10.0 if shape["heartbeat"] is None else shape["heartbeat"]
+    federation = shaped_federation(
+        shape["nodes"], shape["gms"], shape["lms"], slots=args.slots,
+        node=simulate.parse_node(args.node),
+        nodes_per_worker=args.nodes_per_worker or NODES_PER_WORKER,
+        heartbeat_interval=heartbeat, seed=args.seed)
+    federation = simulate.with_overrides(federation, args)
+    where = (f"{shape['nodes']} nodes, {shape['gms']} GMs, {shape['lms']} LMs, heartbeat "
+             f"{heartbeat:g} s")
+    return simulate.simulate_once(args, shape["scheduler"], federation, where, log, name)
+
+
+def run_line(report: dict) -> str:
+    """A finished simulation in a few words, for the sweep's line about it."""
+    jct = report["jct"]["overall"]
+    mean = f"mean JCT {jct['mean']:.1f} s" if jct.get("count") else "no job ended"
+    return f"{mean}, virtual {report['virtual_s']:,.0f} s"
 
 
 def write_results(experiment: str, out: Path, reports: list[dict], html: Path | None) -> dict:

@@ -26,12 +26,18 @@ offline and online, for all three weightings, and stay within a small factor of 
 Writes `results.json` (the experiments' schema: `runs[].name`, `jct`, `allocation`, `counts`,
 plus `weighted_jct`, `lp_bound`, `ratio_to_bound`, `ratio_to_best_baseline` and a JCT CDF),
 `table.txt`, and with `--html` a page with the tables and the CDFs.
+
+A point (setting, mode, load, weights) is one run of the sweep (simulator/sweep.py, a pool of
+`--workers` processes or `--dask`'s cluster): its instance, its LP bound and all its
+algorithms together, so that the bound and lp-np's order stay one solve of the whole
+instance's LP (lp.py keeps it, in the process that solved it).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,11 +47,12 @@ from common.errors import InvalidInput
 from common.policies.packing import lp
 from common.policies.packing.model import Instance
 from common.policies.packing.schedulers import PACKING_POLICIES, SETTINGS, PackingOptions
-from loadgen.trace import read_trace
+from loadgen.trace import TraceJob, read_trace
 from simulator.experiments.redundancy import write_tables
 from simulator.experiments.redundancy_cluster import parse_loads
 from simulator.packing import PackingRun, simulate
 from simulator.packing_workload import WEIGHTS, build_instance
+from simulator.sweep import Run, progress_printer, run_sweep
 
 DEFAULT_MACHINES = 10
 DEFAULT_OFFLINE_JOBS = 25  # the placement LP of 40 jobs takes 20-90 s to solve here
@@ -58,6 +65,20 @@ ALGORITHMS = {
 }
 OURS = {"lp-single", "lp-np", "lp-migrate"}
 PAPER_BASELINES = {"psrs", "tetris-p", "tetris-np", "jsq-mw"}
+
+
+@dataclass(frozen=True)
+class Study:
+    """What every point of the study shares."""
+
+    machines: int
+    offline_jobs: int
+    online_jobs: int
+    seed: int
+    local: int
+    remote_factor: float
+    algorithms: str | None  # --values: None for each setting's own
+    options: PackingOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -158,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput("--resolve-growth", "the re-solve intervals must be > 0 s and grow "
                                                "by a factor >= 1")
     points = _points(args)
+    if args.values is not None:  # refused here, before any run starts
+        _listed(args.values, PACKING_POLICIES.names(), "--values")
     from simulator.experiments import BUNDLED_TRACE  # the package imports this module
 
     trace_path = args.trace or BUNDLED_TRACE
@@ -168,46 +191,17 @@ def run(args: argparse.Namespace) -> int:
           f"most {MAX_TASKS} tasks; offline {args.offline_jobs} jobs at 0, online "
           f"{online_jobs} jobs; {len(points)} settings", flush=True)
     started = time.perf_counter()
-    runs: list[dict] = []
-    bounds: list[dict] = []
-    for point in points:
-        online = point["mode"] == "online"
-        instance = build_instance(
-            trace, jobs=online_jobs if online else args.offline_jobs, max_tasks=MAX_TASKS,
-            machines=machines, setting=point["setting"], weights=point["weights"],
-            seed=args.seed, load=point["load"], local=args.local,
-            remote_factor=args.remote_factor)
-        solution = _bound(instance, point["setting"])
-        bound = lp.weighted_mean_bound(instance, solution)
-        bounds.append(point | {"lp": solution.kind, "lp_bound": bound,
-                               "lp_seconds": round(solution.seconds, 3),
-                               "lp_variables": solution.variables, "lp_rows": solution.rows,
-                               "lp_reduced": solution.reduced,
-                               "tasks": instance.description["tasks"]})
-        mode = "offline" if not online else f"online at load {point['load']:g}"
-        print(f"  {point['setting']} {mode}, {point['weights']} weights: "
-              f"{instance.description['tasks']} tasks; LP bound {bound:.1f} s "
-              f"({solution.kind} LP, {solution.variables} variables, "
-              f"{solution.seconds:.2f} s{', ' + solution.reduced if solution.reduced else ''})",
-              flush=True)
-        options = PackingOptions(resolve_first=args.resolve_first,
-                                 resolve_growth=args.resolve_growth)
-        here = []
-        for algorithm in _algorithms(args.values, point["setting"]):
-            result = simulate(instance, algorithm, online=online, options=options)
-            here.append(_run_record(instance, result, bound, point))
-            lp_note = (f"  LP {result.figures['lp_solves']}x {result.figures['lp_seconds']:.2f} s"
-                       if "lp_solves" in result.figures else "")
-            print(f"    {algorithm:10} weighted JCT {result.weighted_jct:9.1f} s  "
-                  f"/ bound {result.weighted_jct / bound:5.2f}  preemptions "
-                  f"{result.counts['preemptions']:5}  remote starts "
-                  f"{result.counts['remote_starts']:5}  {result.seconds:5.2f} s{lp_note}",
-                  flush=True)
-        best = min((r["weighted_jct"] for r in here if r["algorithm"] in PAPER_BASELINES),
-                   default=None)
-        for record in here:
-            record["ratio_to_best_baseline"] = (record["weighted_jct"] / best if best else None)
-        runs.extend(here)
+    study = Study(machines=machines, offline_jobs=args.offline_jobs, online_jobs=online_jobs,
+                  seed=args.seed, local=args.local, remote_factor=args.remote_factor,
+                  algorithms=args.values,
+                  options=PackingOptions(resolve_first=args.resolve_first,
+                                         resolve_growth=args.resolve_growth))
+    solved = run_sweep([Run(_column(point), _solve_point, (trace, study, point))
+                        for point in points],
+                       workers=args.workers, dask=args.dask,
+                       on_done=progress_printer(_point_line))
+    bounds = [bound for bound, _ in solved]
+    runs = [record for _, here in solved for record in here]
     results = {"experiment": "packing", "machines": machines, "offline_jobs": args.offline_jobs,
                "online_jobs": online_jobs, "local": args.local,
                "remote_factor": args.remote_factor, "trace": str(trace_path),
@@ -220,6 +214,54 @@ def run(args: argparse.Namespace) -> int:
     print(f"results in {out}/ (results.json, table.txt); "
           f"{time.perf_counter() - started:.0f} s")
     return 0
+
+
+def _solve_point(trace: list[TraceJob], study: Study, point: dict) -> tuple[dict, list[dict]]:
+    """One point, wherever the sweep sends it: its instance's LP bound (with the LP's
+    figures) and a record for each algorithm, which it prints as it goes."""
+    online = point["mode"] == "online"
+    instance = build_instance(
+        trace, jobs=study.online_jobs if online else study.offline_jobs, max_tasks=MAX_TASKS,
+        machines=study.machines, setting=point["setting"], weights=point["weights"],
+        seed=study.seed, load=point["load"], local=study.local,
+        remote_factor=study.remote_factor)
+    solution = _bound(instance, point["setting"])
+    bound = lp.weighted_mean_bound(instance, solution)
+    mode = "offline" if not online else f"online at load {point['load']:g}"
+    print(f"  {point['setting']} {mode}, {point['weights']} weights: "
+          f"{instance.description['tasks']} tasks; LP bound {bound:.1f} s "
+          f"({solution.kind} LP, {solution.variables} variables, "
+          f"{solution.seconds:.2f} s{', ' + solution.reduced if solution.reduced else ''})",
+          flush=True)
+    here = []
+    for algorithm in _algorithms(study.algorithms, point["setting"]):
+        result = simulate(instance, algorithm, online=online, options=study.options)
+        here.append(_run_record(instance, result, bound, point))
+        lp_note = (f"  LP {result.figures['lp_solves']}x {result.figures['lp_seconds']:.2f} s"
+                   if "lp_solves" in result.figures else "")
+        print(f"    {algorithm:10} weighted JCT {result.weighted_jct:9.1f} s  "
+              f"/ bound {result.weighted_jct / bound:5.2f}  preemptions "
+              f"{result.counts['preemptions']:5}  remote starts "
+              f"{result.counts['remote_starts']:5}  {result.seconds:5.2f} s{lp_note}",
+              flush=True)
+    best = min((r["weighted_jct"] for r in here if r["algorithm"] in PAPER_BASELINES),
+               default=None)
+    for record in here:
+        record["ratio_to_best_baseline"] = (record["weighted_jct"] / best if best else None)
+    return point | {"lp": solution.kind, "lp_bound": bound,
+                    "lp_seconds": round(solution.seconds, 3),
+                    "lp_variables": solution.variables, "lp_rows": solution.rows,
+                    "lp_reduced": solution.reduced,
+                    "tasks": instance.description["tasks"]}, here
+
+
+def _point_line(solved: tuple[dict, list[dict]]) -> str:
+    bound, here = solved
+    line = f"{bound['tasks']} tasks, LP bound {bound['lp_bound']:.1f} s"
+    if here:
+        best = min(here, key=lambda record: record["ratio_to_bound"])
+        line += f", best {best['algorithm']} at {best['ratio_to_bound']:.2f} x the bound"
+    return line
 
 
 def _column(point: dict) -> str:

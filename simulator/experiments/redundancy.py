@@ -20,6 +20,10 @@ Writes `results.json` (the experiments' schema: `runs[].name`, `jct` for the flo
 flowtime per policy and rate, and its ratio to SRPT), and with `--html` a page with the
 flowtime-versus-lambda plot and the flowtime CDFs.
 
+Every (policy, rate, seed) is an independent run: the sweep (simulator/sweep.py) runs them in
+a pool of `--workers` processes or on `--dask`'s cluster, a line for each as it ends, then the
+line of each policy and rate in the order of the table.
+
 That is `--preset paper`, the default. `--preset federated` runs the study on the federated
 cluster instead, multi-task jobs of a trace (`redundancy_cluster.py`); the two share the
 table and the page (`Sweep`, `write_study`).
@@ -45,6 +49,7 @@ from common.errors import InvalidInput
 from common.policies.redundancy.machines import REDUNDANCY_POLICIES
 from common.speed import SpeedModel
 from simulator.redundancy import RedundancySim, RunResult, Workload
+from simulator.sweep import Run, progress_printer, run_sweep
 
 DEFAULT_POLICIES = "srpt,srpt+r,fair,fair+r,laps,laps+r"
 DEFAULT_RATES = "1,1.5,2,2.5"
@@ -115,9 +120,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--logs", action="store_true",
                        help="redundancy, federated: also write every run's event log into --out "
                             "(about 150 MB a run with copies at the default size)")
-    group.add_argument("--workers", type=int, default=None,
-                       help="redundancy, federated: runs at once, one process each (default: "
-                            "the CPU count)")
 
 
 def _parse(args: argparse.Namespace) -> tuple[list[str], list[float]]:
@@ -182,22 +184,20 @@ def run(args: argparse.Namespace) -> int:
           f"arrivals for {args.horizon} time units at rates {rates}, {args.seeds} seeds, "
           f"policies {', '.join(policies)}", flush=True)
     started = time.perf_counter()
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    points = [(rate, policy, seed) for rate in rates for policy in policies for seed in seeds]
+    results = run_sweep(
+        [Run(f"{policy} λ={rate:g} seed={seed}", _simulate_machines,
+                   (policy, args.machines, rate, args.horizon, speed, seed, args.beta))
+         for rate, policy, seed in points],
+        workers=args.workers, dask=args.dask, on_done=progress_printer(_flowtime_line))
+    by_point = dict(zip(points, results, strict=True))
     runs = []
     for rate in rates:
         for policy in policies:
-            results = []
-            for seed in range(args.seed, args.seed + args.seeds):
-                sim = RedundancySim(policy, args.machines, Workload(rate, args.horizon), speed,
-                                    seed, beta=args.beta)
-                results.append(sim.run())
-            summary = _summary(results)
+            summary = _summary([by_point[(rate, policy, seed)] for seed in seeds])
             runs.append(summary)
-            overall, counts = summary["jct"]["overall"], summary["counts"]
-            unfinished = f"  {counts['unfinished']} unfinished" if counts["unfinished"] else ""
-            print(f"  λ={rate:g} {policy:7} mean flowtime {overall['mean']:8.1f} "
-                  f"± {overall['ci95']:.1f}  p50 {overall['p50']:6.1f}  checkpoints/job "
-                  f"{counts['checkpoints_per_job']:.1f}  wasted "
-                  f"{counts['wasted_work_share']:.2f} of useful work{unfinished}", flush=True)
+            _print_summary(summary)
     results = {"experiment": "redundancy", "machines": args.machines,
                "speed": speed.describe(), "horizon": args.horizon, "seeds": args.seeds,
                "beta": args.beta, "runs": runs}
@@ -207,6 +207,27 @@ def run(args: argparse.Namespace) -> int:
     print(f"results in {out}/ (results.json, table.txt); "
           f"{time.perf_counter() - started:.0f} s")
     return 0
+
+
+def _simulate_machines(policy: str, machines: int, rate: float, horizon: int,
+                       speed: SpeedModel, seed: int, beta: float) -> RunResult:
+    """One run of the paper's model, wherever the sweep sends it."""
+    return RedundancySim(policy, machines, Workload(rate, horizon), speed, seed,
+                         beta=beta).run()
+
+
+def _flowtime_line(result: RunResult) -> str:
+    return f"mean flowtime {float(result.flowtimes.mean()):.1f}"
+
+
+def _print_summary(summary: dict) -> None:
+    """One policy at one rate, over its seeds."""
+    overall, counts = summary["jct"]["overall"], summary["counts"]
+    unfinished = f"  {counts['unfinished']} unfinished" if counts["unfinished"] else ""
+    print(f"  λ={summary['rate']:g} {summary['policy']:7} mean flowtime {overall['mean']:8.1f} "
+          f"± {overall['ci95']:.1f}  p50 {overall['p50']:6.1f}  checkpoints/job "
+          f"{counts['checkpoints_per_job']:.1f}  wasted "
+          f"{counts['wasted_work_share']:.2f} of useful work{unfinished}", flush=True)
 
 
 def write_study(out: Path, results: dict, tables: list[Table], sweep: Sweep,

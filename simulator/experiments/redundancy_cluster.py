@@ -16,26 +16,22 @@ cluster, where each LM gives its running tasks copies on its idle nodes (docs/re
   laps+r, `--max-copies` 4), each at every load with the same `--seeds` seeds (default 3); a
   seed is the federation's (so the nodes' speeds) and the simulation's.
 
-Runs go to a pool of `--workers` processes. With `--logs` each writes its event log to
-`OUT/<policy>-load<L>-seed<S>.log` (about 150 MB a run with copies at the default size, 7 GB
-for the sweep: without it none is written, and the figures come from the runs' analyses as
-they go). Per policy and load, over the seeds: the mean JCT (the
-mean of the seeds' means) with its 95% confidence interval, p50 and p99 over all jobs, the JCT
-CDF, and the copies' figures (copies launched, the share of races a copy won, the work the
-losers wasted over the useful work, checkpoints per task with copies). Writes `results.json`
-(the experiments' schema), `table.txt` (mean JCT per policy and load, and its ratio to
-`none`; the copies' figures) and with `--html` the page of `redundancy.py`.
+Runs go to a pool of `--workers` processes, or to `--dask`'s cluster (simulator/sweep.py).
+With `--logs` each writes its event log to `OUT/<policy>-load<L>-seed<S>.log` (about 150 MB
+a run with copies at the default size, 7 GB for the sweep: without it none is written, and
+the figures come from the runs' analyses as they go). Per policy and load, over the seeds:
+the mean JCT (the mean of the seeds' means) with its 95% confidence interval, p50 and p99
+over all jobs, the JCT CDF, and the copies' figures (copies launched, the share of races a
+copy won, the work the losers wasted over the useful work, checkpoints per task with copies).
+Writes `results.json` (the experiments' schema), `table.txt` (mean JCT per policy and load,
+and its ratio to `none`; the copies' figures) and with `--html` the page of `redundancy.py`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import math
-import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -57,6 +53,7 @@ from simulator.experiments.redundancy import (
     mean_table,
     write_study,
 )
+from simulator.sweep import Run, progress_printer, run_sweep
 
 DEFAULT_POLICIES = "none,srpt+r,fair+r,laps+r"
 DEFAULT_JOBS = 500
@@ -142,7 +139,6 @@ def run(args: argparse.Namespace) -> int:
     pace = _pace(workload, _federation(args, cluster, BASELINE, seeds[0]), cluster)
     out = args.out or DEFAULT_OUT
     out.mkdir(parents=True, exist_ok=True)
-    workers = args.workers or os.cpu_count() or 1
     speed = SpeedModel(kind=args.speed)
     print(f"redundancy, federated: the first {pace.jobs} jobs ({pace.tasks:,} tasks) of "
           f"{pace.trace}, task durations x {pace.duration_scale:.4g} (mean "
@@ -150,12 +146,11 @@ def run(args: argparse.Namespace) -> int:
           f"{pace.natural_load:.2f} of the slots)\n"
           f"  {cluster.describe()}; {speed.describe()}\n"
           f"  loads {', '.join(f'{load:g}' for load in loads)}; policies {', '.join(policies)}; "
-          f"{args.seeds} seeds; {workers} at a time", flush=True)
+          f"{args.seeds} seeds", flush=True)
     started = time.perf_counter()
     points = [Point(policy, load, seed) for load in loads for policy in policies
               for seed in seeds]
-    reports = _run_points(args, workload, cluster, pace, points, workers,
-                          out if args.logs else None)
+    reports = _run_points(args, workload, cluster, pace, points, out if args.logs else None)
     runs = [_summary(policy, load, [reports[Point(policy, load, seed)] for seed in seeds])
             for load in loads for policy in policies]
     results = {"experiment": "redundancy", "preset": "federated", "trace": pace.trace,
@@ -220,8 +215,7 @@ def parse_loads(text: str) -> list[float]:
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
-    for option, value, least in (("--seeds", args.seeds, 1), ("--max-copies", args.max_copies, 0),
-                                 ("--workers", args.workers, 1)):
+    for option, value, least in (("--seeds", args.seeds, 1), ("--max-copies", args.max_copies, 0)):
         if value is not None and value < least:
             raise InvalidInput(option, f"must be at least {least}, got {value}")
     if not 0 < args.beta <= 1:
@@ -277,43 +271,29 @@ def _pace(workload: argparse.Namespace, federation: Federation, cluster: Cluster
 
 
 def _run_points(args: argparse.Namespace, workload: argparse.Namespace, cluster: Cluster,
-                pace: Pace, points: list[Point], workers: int,
-                logs: Path | None) -> dict[Point, dict]:
-    """Every run's report, from a pool of `workers` processes; a line for each as it ends."""
-    reports = {}
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_simulate_point, args, workload, cluster, pace, point,
-                               None if logs is None else logs / point.log_name): point
-                   for point in points}
-        for done, future in enumerate(as_completed(futures), 1):
-            point = futures[future]
-            error = future.exception()
-            if error is not None:
-                pool.shutdown(cancel_futures=True)  # the runs not started yet are not waited for
-                error.add_note(f"in the run {point.label}")
-                raise error
-            reports[point] = future.result()
-            _print_point(point, reports[point], done, len(points))
-    return reports
+                pace: Pace, points: list[Point], logs: Path | None) -> dict[Point, dict]:
+    """Every run's report, from the sweep (a pool of `--workers` processes or `--dask`'s
+    cluster); a line for each as it ends."""
+    runs = [Run(point.label, _simulate_point, (args, workload, cluster, pace, point),
+                      None if logs is None else logs / point.log_name) for point in points]
+    reports = run_sweep(runs, workers=args.workers, dask=args.dask,
+                              on_done=progress_printer(_point_line))
+    return dict(zip(points, reports, strict=True))
 
 
-def _print_point(point: Point, report: dict, done: int, total: int) -> None:
+def _point_line(report: dict) -> str:
     copies = report.get("redundancy", {}).get("copies_launched", 0)
-    print(f"  [{done:{len(str(total))}}/{total}] {point.policy:7} load {point.load:<4g} seed "
-          f"{point.seed}: mean JCT {report['jct']['overall']['mean']:8.1f} s, "
-          f"{copies:7,} copies, wall {report['wall_s']:5.1f} s", flush=True)
+    return f"mean JCT {report['jct']['overall']['mean']:8.1f} s, {copies:7,} copies"
 
 
 def _simulate_point(args: argparse.Namespace, workload: argparse.Namespace, cluster: Cluster,
-                    pace: Pace, point: Point, log: Path | None) -> dict:
-    """One run in a pool's process, its own printing (lines, progress bar) silenced: runs in
-    parallel would interleave it; the pool prints a line per run instead."""
+                    pace: Pace, point: Point, log: Path | None = None) -> dict:
+    """One run, wherever the sweep sends it (which silences it when not in this process)."""
     federation = _federation(args, cluster, point.policy, point.seed)
     run_args = _with(workload, seed=point.seed, duration_scale=pace.duration_scale,
                      time_scale=pace.time_scale(point.load))
     where = f"{cluster.describe()}, copies {point.policy}, load {point.load:g}"
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        return simulate.simulate_once(run_args, "megha", federation, where, log, point.label)
+    return simulate.simulate_once(run_args, "megha", federation, where, log, point.label)
 
 
 def _summary(policy: str, load: float, reports: list[dict]) -> dict:

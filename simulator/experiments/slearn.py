@@ -23,12 +23,16 @@ workload option (`--trace`, `--poisson`, `--alibaba`) replaces both with that on
 `--values` lists the predictors; the results of each workload go to `--out/WORKLOAD/`
 (an event log per predictor, results.json in the shared schema, table.txt) and the
 side-by-side table gives each predictor's mean and p50 JCT as a ratio to SLearn's.
+
+The runs of both workloads are one sweep (simulator/sweep.py): a pool of `--workers`
+processes or `--dask`'s cluster runs them, a line for each as it ends; the tables follow.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -38,6 +42,7 @@ from common.errors import InvalidInput
 from common.policies.job import JOB_POLICIES
 from simulator import command as simulate
 from simulator.cluster import shaped_federation
+from simulator.sweep import Run, progress_printer, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PAPER_RATIO = {"3sigma": 1.28, "point-est": 1.42, "las": 1.91, "fifo": 3.29, "oracle": 0.79}
@@ -81,7 +86,7 @@ def _predictors(values: str | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.experiments import NODES_PER_WORKER, write_results
+    from simulator.experiments import run_line, write_results
 
     for option in ("log", "results", "config", "job_policy"):
         if getattr(args, option) is not None:
@@ -96,34 +101,60 @@ def run(args: argparse.Namespace) -> int:
     heartbeat = 10.0 if args.heartbeat is None else args.heartbeat
     out = args.out or Path("experiments") / "slearn"
     started = time.perf_counter()
-    tables = {}
-    for workload_name, workload in _workloads(args).items():
+    workloads = _workloads(args)
+    for workload_name, workload in workloads.items():
         workload.slots = True
         simulate.check_slot_options(workload)
-        folder = out / workload_name
-        folder.mkdir(parents=True, exist_ok=True)
-        reports = []
-        for predictor in predictors:
-            federation = shaped_federation(
-                nodes, gms, lms, slots=True,
-                nodes_per_worker=args.nodes_per_worker or NODES_PER_WORKER,
-                heartbeat_interval=heartbeat, policies={"job": predictor}, seed=args.seed)
-            federation = simulate.with_overrides(
-                federation, argparse.Namespace(variability=args.variability))
-            where = f"{nodes} slots, {gms} GMs, {lms} LMs, job policy {predictor}"
-            log = None if args.no_log else folder / f"{predictor}.log"
-            result = simulate.simulate_once(workload, args.scheduler, federation, where, log,
-                                            predictor)
-            reports.append(result | {"name": predictor, "workload": workload_name})
+        (out / workload_name).mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(nodes, gms, lms, heartbeat, args.nodes_per_worker, args.variability)
+    points = [(workload_name, predictor) for workload_name in workloads
+              for predictor in predictors]
+    results = run_sweep(
+        [Run(f"{workload_name}/{predictor}", _simulate_predictor,
+             (workloads[workload_name], args.scheduler, cluster, predictor),
+             None if args.no_log else out / workload_name / f"{predictor}.log")
+         for workload_name, predictor in points],
+        workers=args.workers, dask=args.dask, on_done=progress_printer(run_line))
+    tables: dict[str, list[dict]] = {name: [] for name in workloads}
+    for (workload_name, predictor), result in zip(points, results, strict=True):
+        tables[workload_name].append(result | {"name": predictor, "workload": workload_name})
+    for workload_name, reports in tables.items():
         html = None if args.html is None else args.html.with_name(
             f"{args.html.stem}-{workload_name}{args.html.suffix}")
         print(f"\n{workload_name}:")
-        write_results("slearn", folder, reports, html)
-        tables[workload_name] = reports
+        write_results("slearn", out / workload_name, reports, html)
     _render_headline(tables)
     print(f"results in {out}/WORKLOAD/ (results.json, table.txt, one event log per predictor);"
           f" {time.perf_counter() - started:.0f} s")
     return 0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The cluster every predictor runs on."""
+
+    nodes: int
+    gms: int
+    lms: int
+    heartbeat: float
+    nodes_per_worker: int | None  # None: the experiments' default
+    variability: str | None
+
+
+def _simulate_predictor(workload: argparse.Namespace, scheduler: str, cluster: Cluster,
+                        predictor: str, log: Path | None = None) -> dict:
+    """One predictor on one workload, wherever the sweep sends it: megha inspect's figures."""
+    from simulator.experiments import NODES_PER_WORKER
+
+    federation = shaped_federation(
+        cluster.nodes, cluster.gms, cluster.lms, slots=True,
+        nodes_per_worker=cluster.nodes_per_worker or NODES_PER_WORKER,
+        heartbeat_interval=cluster.heartbeat, policies={"job": predictor}, seed=workload.seed)
+    federation = simulate.with_overrides(
+        federation, argparse.Namespace(variability=cluster.variability))
+    where = (f"{cluster.nodes} slots, {cluster.gms} GMs, {cluster.lms} LMs, job policy "
+             f"{predictor}")
+    return simulate.simulate_once(workload, scheduler, federation, where, log, predictor)
 
 
 def _ratio(other: float | None, slearn: float | None) -> str:
