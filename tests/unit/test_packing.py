@@ -260,10 +260,16 @@ def test_the_experiment_runs_end_to_end_at_a_tiny_size(tmp_path) -> None:
     results = json.loads((out / "results.json").read_text())
     assert results["experiment"] == "packing"
     names = {run["name"] for run in results["runs"]}
-    # (6 single + 5 placement algorithms) x (offline, online) x 2 weight schemes
-    assert len(names) == len(results["runs"]) == (6 + 5) * 2 * 2
+    # (6 single + 6 placement algorithms) x (offline, online) x 2 weight schemes
+    assert len(names) == len(results["runs"]) == (6 + 6) * 2 * 2
     for run in results["runs"]:
         assert {"jct", "allocation", "counts", "weighted_jct", "lp_bound"} <= set(run)
         assert run["ratio_to_bound"] >= 1.0 - 1e-6, run["name"]
-    assert (out / "table.txt").read_text().count("LP bound") == 1
+        # a migrating schedule is measured against the LP that allows migration
+        assert run["bound_lp"] == ("migration" if run["algorithm"] == "lp-migrate" else
+                                   "ordering" if run["setting"] == "single" else "no-migration")
+    placement = [b for b in results["bounds"] if b["setting"] == "placement"]
+    for bound in placement:  # migration relaxes: its bound is never above the other
+        assert bound["lp_migration_bound"] <= bound["lp_bound"] * (1 + 1e-6)
+    assert (out / "table.txt").read_text().count("LP bound with migration") == 1
     assert "<img" in (out / "r.html").read_text()
