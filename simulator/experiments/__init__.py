@@ -15,7 +15,10 @@
                   offered loads 0.5 to 1.2 (`redundancy_cluster.py`)
     packing       the packing-and-placement paper's study: LP-ordered schedulers against PSRS,
                   Tetris, JSQ-MaxWeight, WSPT and FIFO, offline and online, three weight
-                  schemes, each run's weighted JCT over the LP lower bound (`packing.py`)
+                  schemes, each run's weighted JCT over the LP lower bound (`packing.py`);
+                  `--preset federated`: the GMs' job policies (fifo, wspt, psrs, lp) with each
+                  placement (first_fit, tetris) on the federated simulator at loads 0.9 and
+                  1.2 (`packing_cluster.py`)
 
 `--values` changes what is swept (schedulers; node counts; GxL pairs; seconds). Every run's
 event log, the figures of all runs (JSON) and a side-by-side table go to `--out`, and

@@ -172,6 +172,10 @@ def _points(args: argparse.Namespace) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.preset == "federated":
+        from simulator.experiments import packing_cluster
+
+        return packing_cluster.run(args)
     machines = DEFAULT_MACHINES if args.machines is None else args.machines
     online_jobs = args.jobs or DEFAULT_ONLINE_JOBS
     for option, value in (("--offline-jobs", args.offline_jobs), ("--jobs", online_jobs),

@@ -93,7 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--preset", choices=PRESETS, default="paper",
                        help=f"redundancy: paper (default), the paper's model: one-task jobs on "
                             f"--machines machines of varying speed; federated, the federated "
-                            f"cluster's copies: {redundancy_cluster.HELP}")
+                            f"cluster's copies: {redundancy_cluster.HELP}; packing: "
+                            f"federated runs the GMs' job and placement policies on the "
+                            f"federated simulator (simulator/experiments/packing_cluster.py)")
     group.add_argument("--machines", type=int, default=None,
                        help="redundancy: machines (default 100, the paper's); packing: machines "
                             "(default 10)")
