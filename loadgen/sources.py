@@ -1,9 +1,11 @@
 """The workload options `megha replay` and `megha synth` share, and the workload they build.
 
     --trace FILE | --alibaba [CSV] | --poisson RATE      where the jobs come from
+    --like google_19|alibaba|cloudera                     the Megha paper's workloads, as
+                                                          stand-ins (loadgen/paper_workloads.py)
     --families N, --recurring-share, --drift-share, ...  --poisson: recurring job families
     --cpu-m, --mem-mib, --users, --weight, --constraints  what synthesis adds (loadgen/synthesis.py)
-    --sample, --jobs, --max-width, --duration-scale, ...  how it is fitted (loadgen/workload.py)
+    --sample, --jobs, --max-width, --max-tasks, ...       how it is fitted (loadgen/workload.py)
 
 A job file (`--trace FILE.jsonl`) is replayed as written: synthesis options are refused for
 it rather than silently ignored, and so are resource options for Alibaba, whose tasks carry
@@ -23,6 +25,7 @@ from common.federation import Federation, load_federation
 from loadgen.alibaba import AlibabaUnits, read_alibaba
 from loadgen.distributions import parse_distribution
 from loadgen.jobfile import read_jobs
+from loadgen.paper_workloads import PAPER_WORKLOADS, apply_like, help_text, label
 from loadgen.progress import Progress, quiet
 from loadgen.synthesis import (
     DEFAULT_DURATION,
@@ -73,6 +76,10 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--alibaba: share of a node's memory = plan_mem / this "
                              "(default 50, the paper's)")
 
+    paper = parser.add_argument_group("the Megha paper's workloads, as stand-ins")
+    paper.add_argument("--like", choices=tuple(PAPER_WORKLOADS), default=None, metavar="NAME",
+                       help=help_text())
+
     defaults = Families()
     recurring = parser.add_argument_group(
         "recurring job families (with --poisson; for history-based runtime predictors)")
@@ -109,9 +116,11 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
                             "(default: every queue of the federation file, equally)")
     synth.add_argument("--weight", default=None, metavar="DIST",
                        help="a job's weight in weighted completion time (default 1)")
-    synth.add_argument("--constraints", action="store_true",
+    # None when not given, so that --like can tell an explicit --no-constraints from silence
+    synth.add_argument("--constraints", action=argparse.BooleanOptionalAction, default=None,
                        help="give tasks placement constraints from the Megha model "
-                            "(1.86 per task, 14%% unconstrained)")
+                            "(1.86 per task, 14%% unconstrained); --no-constraints: none, "
+                            "also with --like")
     synth.add_argument("--unconstrained-share", type=float, default=None, metavar="U",
                        help="with constraints: this share of tasks carries none (the paper "
                             "quotes about 0.5 for Google); implies --constraints")
@@ -122,6 +131,10 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
                          help="keep each job with this probability")
     scaling.add_argument("--jobs", type=int, default=None, help="keep the first N jobs")
     scaling.add_argument("--max-width", type=int, default=None, help="cap tasks per job at N")
+    scaling.add_argument("--max-tasks", type=int, default=None, metavar="N",
+                         help="keep jobs in order until their tasks add up to N; the job that "
+                              "crosses N is cut to the tasks that make exactly N (its first "
+                              "ones)")
     scaling.add_argument("--duration-scale", type=float, default=1.0,
                          help="multiply task durations (default 1)")
     scaling.add_argument("--time-scale", type=float, default=None,
@@ -239,6 +252,14 @@ def _shapes(args: argparse.Namespace, federation: Federation) -> tuple[list[JobS
     return from_trace(read.jobs), trace.name
 
 
+def _report_short(jobs: list[JobShape] | list[ReplayJob], plan: Scaling, name: str) -> None:
+    """Say so when --max-tasks asked for more tasks than the source had: all are used."""
+    tasks = sum(job.width for job in jobs)
+    if plan.max_tasks is not None and tasks < plan.max_tasks:
+        print(f"{name} holds {tasks:,} tasks after selection, fewer than --max-tasks "
+              f"{plan.max_tasks:,}: all of them are used", file=sys.stderr)
+
+
 def _families(args: argparse.Namespace) -> Families:
     """The family options as a `Families`; its options are refused without --families N."""
     if not args.families:
@@ -267,11 +288,12 @@ def build_workload(args: argparse.Namespace, federation: Federation, config: Pat
     """The jobs the options describe: read or generated, realized, fitted. Job ids are
     `{prefix}-{key}`, or the bare key when `prefix` is empty. `task_cpu_m`: what every task
     will take whatever it asks (slot mode), for `--target-load` to measure the load the
-    cluster sees."""
+    cluster sees. `--like` fills in its preset first, so every check sees what it set."""
+    args = apply_like(args)
     _check_source_options(args)
     plan = Scaling(max_jobs=args.jobs, sample=args.sample, max_width=args.max_width,
-                   duration_scale=args.duration_scale, time_scale=args.time_scale,
-                   target_load=args.target_load)
+                   max_tasks=args.max_tasks, duration_scale=args.duration_scale,
+                   time_scale=args.time_scale, target_load=args.target_load)
     cluster_cpu = sum(node.capacity.cpu_m for lm in federation.lms for node in lm.nodes)
     queues = {queue.name for queue in federation.queues}
     if args.trace is not None and args.trace.suffix == ".jsonl":
@@ -291,14 +313,17 @@ def build_workload(args: argparse.Namespace, federation: Federation, config: Pat
                                f"(queues: {', '.join(sorted(queues))})")
         if prefix:
             jobs = [replace(job, job_id=f"{prefix}-{job.job_id}") for job in jobs]
-        jobs = fit(select(jobs, plan, seed=args.seed), plan, cluster_cpu_m=cluster_cpu,
-                   task_cpu_m=task_cpu_m)
+        jobs = select(jobs, plan, seed=args.seed)
+        _report_short(jobs, plan, args.trace.name)
+        jobs = fit(jobs, plan, cluster_cpu_m=cluster_cpu, task_cpu_m=task_cpu_m)
         return Workload(jobs, args.trace.name, cluster_cpu)
     realization = _realization(args, federation, config)
     shapes, name = _shapes(args, federation)
+    name = label(args, name)
     if not shapes:
         raise InvalidInput(name, "has no jobs")
     shapes = select(shapes, plan, seed=args.seed)
+    _report_short(shapes, plan, name)
     jobs = realize(shapes, realization, prefix, progress)
     return Workload(fit(jobs, plan, cluster_cpu_m=cluster_cpu, task_cpu_m=task_cpu_m), name,
                     cluster_cpu)

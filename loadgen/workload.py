@@ -15,8 +15,10 @@ the Sparrow/Eagle traces have none (None).
 Scaling (`Scaling`), in the order applied:
 
 1. `select`: `sample` keeps each job with this probability (seeded), `max_jobs` keeps the first
-   N, `max_width` caps a job's tasks at N (its first N tasks are kept). Selection comes before
-   realization so that a 4-million-task source is never realized whole.
+   N, `max_width` caps a job's tasks at N (its first N tasks are kept), `max_tasks` keeps jobs
+   in order until their tasks add up to N, the job that crosses N cut to the tasks that make
+   exactly N (so a workload can be sized in tasks, as papers state theirs). Selection comes
+   before realization so that a 4-million-task source is never realized whole.
 2. `fit`: `duration_scale` multiplies every task duration (and the job's estimate);
    `time_scale` multiplies inter-arrival times, or `target_load` chooses the time scale that
    makes the offered load that fraction of the cluster's cpu capacity.
@@ -49,6 +51,10 @@ class JobShape:
     dag: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # stage -> parents
     name: str | None = None  # the job's template (recurring runs share it), if the source has one
 
+    @property
+    def width(self) -> int:
+        return len(self.durations)
+
     def capped(self, width: int) -> JobShape:
         if len(self.durations) <= width:
             return self
@@ -78,6 +84,10 @@ class ReplayJob:
     dag: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # kept, not yet submitted
     name: str | None = None  # the job's template: runs of one recurring job share it
 
+    @property
+    def width(self) -> int:
+        return len(self.tasks)
+
     def capped(self, width: int) -> ReplayJob:
         return self if len(self.tasks) <= width else replace(self, tasks=self.tasks[:width])
 
@@ -105,6 +115,7 @@ class Scaling:
     max_jobs: int | None = None
     sample: float | None = None
     max_width: int | None = None
+    max_tasks: int | None = None
     duration_scale: float = 1.0
     time_scale: float | None = None
     target_load: float | None = None
@@ -116,6 +127,8 @@ class Scaling:
             raise InvalidInput("sample", f"must be in (0, 1], got {self.sample}")
         if self.max_width is not None and self.max_width < 1:
             raise InvalidInput("max_width", f"must be at least 1, got {self.max_width}")
+        if self.max_tasks is not None and self.max_tasks < 1:
+            raise InvalidInput("--max-tasks", f"must be at least 1 task, got {self.max_tasks}")
         for name in ("duration_scale", "time_scale", "target_load"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
@@ -163,7 +176,24 @@ def select(jobs: Sequence[Job], plan: Scaling, *, seed: int) -> list[Job]:
     origin = kept[0].arrival
     if plan.max_width is not None:
         kept = [job.capped(plan.max_width) for job in kept]
+    if plan.max_tasks is not None:
+        kept = first_tasks(kept, plan.max_tasks)
     return [replace(job, arrival=job.arrival - origin) for job in kept]
+
+
+def first_tasks(jobs: Sequence[Job], limit: int) -> list[Job]:
+    """The jobs in order until their tasks add up to `limit`; the job that crosses it keeps
+    only its first tasks, those that make exactly `limit` (a paper's "N tasks" is a total,
+    not a number of whole jobs). Fewer tasks than `limit` in all: every job."""
+    kept: list[Job] = []
+    total = 0
+    for job in jobs:
+        if total >= limit:
+            break
+        cut = job.capped(limit - total)
+        kept.append(cut)
+        total += cut.width
+    return kept
 
 
 def fit(jobs: Sequence[ReplayJob], plan: Scaling, *, cluster_cpu_m: int,
