@@ -31,10 +31,16 @@ Shape of the file (every key is optional unless marked required)::
 
     [policies]
     job = "fifo"                   # or slearn, las, 3sigma, 3sigma-tl, point-est, oracle
-    fairness = "fair_share"        # or "none"
+    fairness = "fair_share"        # or "fair_share_paper" (Algorithm 2 as written), "none"
     placement = "first_fit"        # or "best_fit"
     local_queue = "srpt"           # or "fifo"
     work_conserving = true
+    [policies.fairness_options]    # how Algorithm 2 is carried out; a key left out takes the
+    queue_order = "job_policy"     # fairness policy's default (docs/fairness.md): or
+    own_usage = "heartbeats"       # "round_robin", "launches", "tail", false, "cpu" as the
+    refused = "front"              # paper (fair_share_paper's defaults)
+    anti_oscillation = true
+    usage = "dominant"
     [policies.queues]              # the priority queues of every job policy but fifo
     levels = 10
     first_limit = 1000.0
@@ -100,7 +106,7 @@ import math
 import random
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 from pydantic import (
@@ -120,7 +126,14 @@ from common.constraint_model import MACHINE_CONSTRAINT_PERCENT, machine_constrai
 from common.errors import InvalidInput
 from common.gm_config import GMConfig
 from common.models import DEFAULT_NUM_CONSTRAINTS, NodeSpec
-from common.policies.fairness import FAIRNESS_POLICIES, UserQueue, validate_queues
+from common.policies.fairness import (
+    FAIRNESS_POLICIES,
+    OPTION_CHOICES,
+    FairnessOptions,
+    UserQueue,
+    unknown_choice,
+    validate_queues,
+)
 from common.policies.job import JOB_POLICIES
 from common.policies.local_queue import LOCAL_QUEUE_POLICIES
 from common.policies.placement import PLACEMENT_POLICIES
@@ -233,6 +246,17 @@ def _sampling_ratio(value: object) -> float | str:
     return float(value)
 
 
+def _fairness_choice(option: str) -> Callable[[str], str]:
+    """An option of [policies.fairness_options]: one of its choices (OPTION_CHOICES)."""
+
+    def known(value: str) -> str:
+        if value not in OPTION_CHOICES[option]:
+            raise _refused(unknown_choice(option, value))
+        return value
+
+    return known
+
+
 def _speed_model_name(value: str) -> str:
     if value not in ("none", "two-state", "gamma"):
         raise _refused(f'must be "none", "two-state" or "gamma", got {value!r}')
@@ -341,6 +365,23 @@ class LPOptions(_Table):
         return self
 
 
+class FairnessOptionsTable(_Table):
+    """How the GMs carry out Algorithm 2 (common/policies/fairness.py, docs/fairness.md).
+    Each key left out (None) takes the chosen fairness policy's default: today's refinements
+    for fair_share, the paper's for fair_share_paper."""
+
+    queue_order: Annotated[str, AfterValidator(_fairness_choice("queue_order"))] | None = None
+    own_usage: Annotated[str, AfterValidator(_fairness_choice("own_usage"))] | None = None
+    refused: Annotated[str, AfterValidator(_fairness_choice("refused"))] | None = None
+    anti_oscillation: bool | None = None
+    usage: Annotated[str, AfterValidator(_fairness_choice("usage"))] | None = None
+
+    def resolve(self, fairness: str) -> FairnessOptions:
+        """The options in force under the fairness policy `fairness`."""
+        given = {key: value for key, value in self.model_dump().items() if value is not None}
+        return replace(FAIRNESS_POLICIES.get(fairness).defaults, **given)
+
+
 class LocalQueueOptions(_Table):
     """Worker local queues (docs/local-queues.md). Depth 0 is Megha's: a GM places a task
     only where it fits now, so a worker's queue stays empty."""
@@ -373,6 +414,7 @@ class Policies(_Table):
 
     job: JobPolicyName = "fifo"
     fairness: FairnessPolicyName = "fair_share"
+    fairness_options: FairnessOptionsTable = Field(default_factory=FairnessOptionsTable)
     placement: PlacementPolicyName = "first_fit"
     local_queue: LocalQueuePolicyName = "srpt"
     work_conserving: bool = True
@@ -671,6 +713,7 @@ class Federation:
             job_policy=policies.job,
             job_policy_options=policies.job_options(),
             fairness=policies.fairness,
+            fairness_options=policies.fairness_options.resolve(policies.fairness),
             placement=policies.placement,
             work_conserving=policies.work_conserving,
             lm_timeout=self.timing.lm_timeout,

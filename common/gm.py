@@ -6,7 +6,7 @@ partitions (a repartition request), then, if the fairness policy allows, by pree
 a queue above its share (`common/placer.py`). A match is reserved in the view and batched per
 LM (`common/dispatch.py`); the LM's answer commits or refuses each item and carries a fresh
 snapshot that replaces the view (plan on the view, apply on the truth). A refused task returns
-to the front of its job's queue.
+to the front of its job's queue (the tail, with the paper's fairness options).
 
 Attempts: every launch of a task gets a new attempt id `task#epoch.n` (`common/attempts.py`).
 A task completes at most once: the first attempt to finish wins and any other live attempt is
@@ -90,11 +90,13 @@ class GlobalMaster:
         self.gm = config.gm_id
         self.rng = random.Random(config.seed)  # the job policy's draws (pilot tasks)
         self.policy = JOB_POLICIES.make(config.job_policy, **config.job_policy_options)
-        self.fairness = FAIRNESS_POLICIES.make(config.fairness, queues=config.queues)
+        # Algorithm 2 and how it is carried out (common/policies/fairness.py, docs/fairness.md)
+        self.fairness = FAIRNESS_POLICIES.make(config.fairness, queues=config.queues,
+                                               options=config.fairness_options)
         self.own_queues = {q.name for q in config.queues if q.gm == config.gm_id}
         self.view = FederationView(self.gm)  # every LM as its last snapshot showed it
         self.placer = Placer(self.gm, self.view, self.fairness,
-                             PLACEMENT_POLICIES.make(config.placement))
+                             PLACEMENT_POLICIES.make(config.placement), self.own_queues)
         self.admission = Admission(self.gm, self.own_queues, config.num_constraints, self.view,
                                    topologies)
         self.jobs: dict[str, JobRecord] = {}  # unfinished, and the last `ended_jobs_kept` ended
@@ -102,7 +104,9 @@ class GlobalMaster:
         self._tasks: dict[str, TaskRecord] = {}  # the tasks of unfinished jobs, by task id
         self._attempts = AttemptBook(self.gm, config.epoch)
         self._requests = RequestWindow(self.gm, config.epoch, config.lm_window)  # per-LM batches
-        self._backlog = Backlog(self.policy)  # waiting tasks, and the demands that fit nowhere
+        options = self.fairness.options  # which order a pass serves, where refusals go
+        # waiting tasks, and the demands that fit nowhere
+        self._backlog = Backlog(self.policy, options.round_robin, options.refused_to_tail)
         # where each job's tasks are launched, to tell those LMs when its priority changes
         self._priorities = PriorityUpdates(self.gm, self.policy, config.reprioritize)
         self._job_seq = 0  # arrival order, for the job policy
@@ -315,7 +319,7 @@ class GlobalMaster:
                                f"{event.lm}/{result.node_id}")
             else:
                 self.counters[f"launch_refused_total.{result.reason}"] += 1
-                self._requeue(task, result.reason, step)
+                self._requeue(task, result.reason, step, refused=True)
         if request is None:
             step.emit(Log("reply_unexpected", {"lm": event.lm, "request": event.request_id}))
 
@@ -441,10 +445,10 @@ class GlobalMaster:
 
     # -- moving tasks and jobs -------------------------------------------------------------------
 
-    def _requeue(self, task: TaskRecord, why: Reason, step: Step) -> None:
+    def _requeue(self, task: TaskRecord, why: Reason, step: Step, refused: bool = False) -> None:
         task.live = None
         self._move(task, TaskState.PENDING, why, step)
-        self._backlog.requeue(task)
+        self._backlog.requeue(task, refused)
         self.counters[f"requeues_total.{why}"] += 1
         step.emit(Log("task_requeued", {"task": task.spec.task_id, "job": task.job.spec.job_id,
                                         "gm": self.gm, "reason": str(why)}))
@@ -463,6 +467,9 @@ class GlobalMaster:
             self.waiting += 1 if new in WAITING_STATES else -1
         if (old in ACTIVE_STATES) != (new in ACTIVE_STATES):
             self._backlog.occupy(task.job, 1 if new in ACTIVE_STATES else -1)
+            self.placer.moved(task.spec.task_id, task.live, task.job.spec.user,
+                              task.spec.demand.cpu_m, task.spec.demand.mem_mib,
+                              new in ACTIVE_STATES)
         if new in LAUNCHED_STATES:
             if old not in LAUNCHED_STATES:
                 self._attempts.list_launched(task)
@@ -565,7 +572,7 @@ class GlobalMaster:
         self._attempts.validate_lists()
         self._backlog.validate_index(self.gm)
         self._backlog.validate_shares(self.gm, self.jobs.values())
-        self.placer.estimate.validate(self.gm)
+        self.placer.estimate.validate(self.gm, self._tasks.values())
         self._priorities.validate(self.jobs.values())
         if waiting != self.waiting:
             raise InvariantViolated(f"{self.gm}: counts {self.waiting} waiting tasks, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.models import DEFAULT_NUM_CONSTRAINTS
-from common.policies.fairness import UserQueue
+from common.policies.fairness import FairnessOptions, UserQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +16,9 @@ class GMConfig:
     job_policy: str = "fifo"
     job_policy_options: dict = field(default_factory=dict)
     fairness: str = "fair_share"
+    # how Algorithm 2 is carried out ([policies.fairness_options]); None: the fairness
+    # policy's defaults (today's refinements for fair_share, the paper's for fair_share_paper)
+    fairness_options: FairnessOptions | None = None
     placement: str = "first_fit"  # policies/placement.py: which fitting node a task gets
     work_conserving: bool = True  # slearn: idle capacity may run held tasks
     lm_timeout: float = 5.0  # an LM silent this long is left out of searches

@@ -15,6 +15,12 @@ walk. A group whose next task finds no node stops (the GM blocks its demand, whi
 ready set), so after a pass nothing is ready, and the next pass looks only at what was woken
 since (capacity that matches, a chance to preempt) or newly arrived.
 
+With `queue_order = "round_robin"` (the paper's Algorithm 2, common/policies/fairness.py) a
+pass serves the GM's user queues in turn, one placed task each, instead of every job in the
+job policy's order: one stream per queue over the same index (its demands are its own, so the
+streams never touch each other's lists), taken in turn from the queue after the one served
+last, so no queue is always first. Within a queue the job policy's order holds.
+
 Measured on a saturated run (10,000 nodes, YH1_sub, `--jobs 600 --target-load 1.2`): the
 previous index walked every task of every job not parked, and parking was undone for all of
 a user's jobs whenever one node freed up; the pass took more than half of the run
@@ -23,6 +29,7 @@ a user's jobs whenever one node freed up; the pass took more than half of the ru
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from heapq import heapify, heappop, heapreplace
 from typing import Protocol, runtime_checkable
@@ -127,15 +134,17 @@ class WaitingIndex:
         for _ in self.placing(jobs, try_place):
             pass
 
-    def placing(self, jobs: dict[str, JobRecord],
-                try_place: Callable[[TaskRecord], bool]) -> Iterator[None]:
-        """`place`, one placed task at a time: the pass of a policy with priority queues
-        interleaves the queues' indexes by weight (`Backlog._place_levels`)."""
+    def placing(self, jobs: dict[str, JobRecord], try_place: Callable[[TaskRecord], bool],
+                user: str | None = None) -> Iterator[None]:
+        """`place`, one placed task at a time (of `user`'s queue only, if given): the pass of
+        a policy with priority queues interleaves the queues' indexes by weight
+        (`Backlog._placing_levels`), a round-robin pass the user queues (`Backlog.place`)."""
         ready, by_demand = self.ready, self.jobs_by_demand
         if not ready:
             return
         # one cursor per ready demand over its jobs, merged in order: (entry, n, demand, i)
-        cursors = [(by_demand[demand][0], n, demand, 0) for n, demand in enumerate(ready)]
+        cursors = [(by_demand[demand][0], n, demand, 0) for n, demand in enumerate(ready)
+                   if user is None or demand[0] == user]
         heapify(cursors)
         visited: set[str] = set()
         closed: list[tuple[Demand, tuple]] = []  # groups emptied: unfiled after the merge
@@ -238,8 +247,12 @@ class Backlog:
     """The GM's waiting tasks: pending (one index per priority queue of the job policy, one
     when it has none) and held, and the memo of demands that fit nowhere."""
 
-    def __init__(self, policy: JobPolicy) -> None:
+    def __init__(self, policy: JobPolicy, round_robin: bool = False,
+                 refused_to_tail: bool = False) -> None:
         self.policy = policy
+        self.round_robin = round_robin  # serve the user queues in turn (`place`)
+        self.refused_to_tail = refused_to_tail  # a task an LM refused goes to its job's tail
+        self._last_served = ""  # round-robin: the queue the last placement went to
         self.blocked = BlockedDemands()
         ladder = policy.ladder
         if ladder is None:  # one queue, in the policy's order
@@ -277,9 +290,11 @@ class Backlog:
         """A new task of a job (held or pending, as the job policy chose)."""
         self._index_of(task).push(task)
 
-    def requeue(self, task: TaskRecord) -> None:
-        """A task back from an attempt: first of its job's pending tasks."""
-        self._pending(task.job).push(task, front=True)
+    def requeue(self, task: TaskRecord, refused: bool = False) -> None:
+        """A task back from an attempt: first of its job's pending tasks; last of them if an LM
+        refused it and the paper's option says so (its job keeps its place among the jobs:
+        the backlog orders tasks within jobs, jobs by the job policy)."""
+        self._pending(task.job).push(task, front=not (refused and self.refused_to_tail))
 
     def release_held(self, job: JobRecord) -> list[TaskRecord]:
         """The job's held tasks, now to be placed: they leave the held queue (the caller
@@ -375,28 +390,55 @@ class Backlog:
 
     def place(self, jobs: dict[str, JobRecord], try_place: Callable[[TaskRecord], bool],
               try_place_held: Callable[[TaskRecord], bool] | None) -> None:
-        """Pending tasks in policy order; then, for work conservation, held tasks may use
-        what the pending ones could not."""
-        if self.shares is None:
-            self.levels[0].place(jobs, try_place)
+        """Pending tasks in policy order (or the user queues in turn, round-robin); then, for
+        work conservation, held tasks may use what the pending ones could not."""
+        if self.round_robin:
+            self._place_round_robin(jobs, try_place)
         else:
-            self._place_levels(jobs, try_place)
+            for _ in self._placing(jobs, try_place, None):
+                pass
         if try_place_held is not None:
             self.held.place(jobs, try_place_held)
 
-    def _place_levels(self, jobs: dict[str, JobRecord],
-                      try_place: Callable[[TaskRecord], bool]) -> None:
+    def _placing(self, jobs: dict[str, JobRecord], try_place: Callable[[TaskRecord], bool],
+                 user: str | None) -> Iterator[None]:
+        """The pending tasks (of `user`'s queue, if given), one placed task at a time."""
+        if self.shares is None:
+            return self.levels[0].placing(jobs, try_place, user)
+        return self._placing_levels(jobs, try_place, user)
+
+    def _place_round_robin(self, jobs: dict[str, JobRecord],
+                           try_place: Callable[[TaskRecord], bool]) -> None:
+        """One placed task of each user queue in turn, starting after the queue served last,
+        until no queue can place more; a queue leaves the pass when nothing more of it fits.
+        Every stream is run to its end: each unfiles its emptied groups when it ends."""
+        users = sorted({demand[0] for index in self.levels for demand in index.ready})
+        start = bisect_right(users, self._last_served)
+        streams = {user: self._placing(jobs, try_place, user)
+                   for user in users[start:] + users[:start]}
+        while streams:
+            for user in list(streams):
+                if next(streams[user], True):  # exhausted: nothing more of it fits now
+                    del streams[user]
+                else:
+                    self._last_served = user
+
+    def _placing_levels(self, jobs: dict[str, JobRecord],
+                        try_place: Callable[[TaskRecord], bool],
+                        user: str | None) -> Iterator[None]:
         """Each placement goes to the level furthest below its weighted share among those
         with tasks still to try (`LevelShares.pick`); a level leaves the pass when nothing
         more of it can be placed. The GM counts each placed task in its job's level
         (`occupy`), so the shares move as the pass goes."""
-        streams = {level: index.placing(jobs, try_place)
+        streams = {level: index.placing(jobs, try_place, user)
                    for level, index in enumerate(self.levels) if index.ready}
         pick = self.shares.pick
         while streams:
             level = pick(streams) if len(streams) > 1 else next(iter(streams))
             if next(streams[level], True):  # exhausted: nothing more of it fits now
                 del streams[level]
+            else:
+                yield
 
     def validate(self, gm: str, job: JobRecord) -> None:
         self._pending(job).validate(gm, job, TaskState.PENDING)

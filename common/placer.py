@@ -33,7 +33,7 @@ from common.messages import RequestKind
 from common.models import TaskSpec
 from common.policies.fairness import FairnessPolicy, Usage, choose_victims
 from common.policies.placement import PlacementPolicy
-from common.usage import PendingPreemption, UsageEstimate
+from common.usage import OwnUsage, PendingPreemption, UsageEstimate
 from common.view import FederationView, LMSlot
 
 
@@ -51,12 +51,15 @@ class Match:
 
 class Placer:
     def __init__(self, gm: str, view: FederationView, fairness: FairnessPolicy,
-                 placement: PlacementPolicy) -> None:
+                 placement: PlacementPolicy, own_queues: Iterable[str] = ()) -> None:
         self.gm = gm
         self.view = view
         self.fairness = fairness  # whether and from whom to preempt
         self.placement = placement  # policies/placement.py: which fitting node
-        self.estimate = UsageEstimate(view)  # and the preemptions in flight
+        # and the preemptions in flight; with the paper's own_usage, the own queues' usage
+        # from the GM's own book (common/usage.py)
+        self.estimate = UsageEstimate(view, OwnUsage(own_queues)
+                                      if fairness.options.tracks_own_usage else None)
         self._next_internal = 0  # round-robin: the LM position the next search starts at
         self._next_external = 0
         self._next_queue = 0
@@ -208,6 +211,13 @@ class Placer:
         if pending is not None:
             for victim in pending.victims:
                 self._victim_nodes.pop((pending.lm, victim.user), None)
+
+    def moved(self, task_id: str, attempt: str | None, user: str, cpu_m: int, mem_mib: int,
+              active: bool) -> None:
+        """A task of this GM started (or stopped) being placing, launched or running: with an
+        own book, its queue's usage changes now, not at the next heartbeat."""
+        if self.estimate.own is not None:
+            self.estimate.own.moved(task_id, attempt, user, cpu_m, mem_mib, active)
 
     def usage(self) -> Usage:
         """Each queue's (cpu, memory) fractions of the federation as this GM sees them: the

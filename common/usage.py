@@ -9,14 +9,24 @@ already, so nothing is counted twice: a queue's usage is never below zero (an ea
 added every pending preemption's effect on top of heartbeats that sometimes showed it already,
 and `/v1/queues` reported negative usage in the testbed). The property test of the federation
 (tests/unit/test_invariants.py) checks every GM's estimate stays within [0, 1] after every event.
+
+With `own_usage = "launches"` (the paper's Algorithm 2; common/policies/fairness.py) the GM's
+own queues are not taken from heartbeats: `OwnUsage` counts what the GM itself has placing,
+launched or running, changed by its own launches, the LMs' answers (a refusal requeues) and
+the task events (a finish, a preemption). Heartbeats lag a round trip and a heartbeat
+interval behind that, and before this a pass that launched a hundred tasks of a queue still
+judged that queue by its usage before them. The other GMs' queues still come from heartbeats:
+a GM hears of their launches no other way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from common.cluster import RunningInfo
 from common.errors import InvariantViolated
+from common.gm_records import ACTIVE_STATES, TaskRecord
 from common.policies.fairness import Usage
 from common.view import FederationView
 
@@ -43,6 +53,49 @@ class PendingPreemption:
         return tuple(victim.attempt_id for victim in self.victims)
 
 
+class OwnUsage:
+    """Cpu and memory per own queue of the tasks this GM has placing, launched or running,
+    kept by the GM as its tasks enter and leave those states (`moved`)."""
+
+    def __init__(self, queues: Iterable[str]) -> None:
+        self.queues = frozenset(queues)
+        self.active: dict[str, tuple[str | None, str, int, int]] = {}  # task id -> attempt,
+        # queue, cpu, memory
+        self.cpu = dict.fromkeys(self.queues, 0)
+        self.mem = dict.fromkeys(self.queues, 0)
+        self.changes = 0  # for the estimate's cache
+
+    def moved(self, task_id: str, attempt: str | None, user: str, cpu_m: int, mem_mib: int,
+              active: bool) -> None:
+        if active:
+            self.active[task_id] = (attempt, user, cpu_m, mem_mib)
+            sign = 1
+        elif self.active.pop(task_id, None) is not None:
+            sign = -1
+        else:
+            return
+        self.cpu[user] += sign * cpu_m
+        self.mem[user] += sign * mem_mib
+        self.changes += 1
+
+    def runs(self, attempt_id: str) -> bool:
+        """Whether the attempt is still its task's active one here (a victim not yet ended)."""
+        entry = self.active.get(attempt_id.rpartition("#")[0])
+        return entry is not None and entry[0] == attempt_id
+
+    def validate(self, gm: str, expected: dict[str, tuple[str | None, str, int, int]]) -> None:
+        """The book lists exactly the GM's active tasks, and its sums are theirs."""
+        if self.active != expected:
+            raise InvariantViolated(f"{gm}: own usage counts {len(self.active)} active tasks, "
+                                    f"the GM has {len(expected)}")
+        for user in self.queues:
+            cpu = sum(entry[2] for entry in expected.values() if entry[1] == user)
+            mem = sum(entry[3] for entry in expected.values() if entry[1] == user)
+            if (cpu, mem) != (self.cpu[user], self.mem[user]):
+                raise InvariantViolated(f"{gm}: own usage of {user} is "
+                                        f"{(self.cpu[user], self.mem[user])}, has {(cpu, mem)}")
+
+
 class UsageEstimate:
     """The usage per queue, kept up to date instead of recomputed from every running attempt.
 
@@ -55,8 +108,10 @@ class UsageEstimate:
     (benchmarks/bench_sim.py, py-spy).
     """
 
-    def __init__(self, view: FederationView) -> None:
+    def __init__(self, view: FederationView, own: OwnUsage | None = None) -> None:
         self.view = view
+        self.own = own  # the GM's own queues from its own book, not heartbeats (None: not)
+        self._own_seen = -1
         self.preemptions: dict[str, PendingPreemption] = {}  # by request id, until settled
         self.claimed: set[str] = set()  # victims of those: not to be named again
         self._by_lm: dict[str, dict[str, PendingPreemption]] = {}
@@ -122,6 +177,9 @@ class UsageEstimate:
             self._seen = seen
             self._sum_listed()
             self._usage = None
+        if self.own is not None and self.own.changes != self._own_seen:
+            self._own_seen = self.own.changes
+            self._usage = None
         if self._usage is None:
             self._usage = self._estimate()
         return self._usage
@@ -150,8 +208,26 @@ class UsageEstimate:
         self._stale_lms.clear()
         for adjustment in self._adjusted.values():
             _add(cpu, mem, adjustment)
+        self._own_part(cpu, mem)
         total_cpu, total_mem = self.view.capacity
         return {user: (cpu[user] / total_cpu, mem[user] / total_mem) for user in cpu}
+
+    def _own_part(self, cpu: dict[str, int], mem: dict[str, int]) -> None:
+        """With an own book: the GM's own queues as the book has them, less the victims of
+        its preemptions in flight that are still active there (their preempted events have
+        not arrived). What heartbeats and the adjustments said of them is replaced."""
+        own = self.own
+        if own is None:
+            return
+        cpu.update(own.cpu)
+        mem.update(own.mem)
+        for pending in self.preemptions.values():
+            if pending.refused:
+                continue
+            for victim in pending.victims:
+                if victim.user in own.queues and own.runs(victim.attempt_id):
+                    cpu[victim.user] -= victim.cpu_m
+                    mem[victim.user] -= victim.mem_mib
 
     def _adjust(self, lm: str) -> None:
         """The preemptions at `lm` against its last running list: until the list shows the
@@ -169,8 +245,14 @@ class UsageEstimate:
             _contribute(adjustment, pending, listed, 1)
         self._adjusted[lm] = adjustment
 
-    def validate(self, gm: str) -> None:
-        """The kept estimate equals one computed from scratch."""
+    def validate(self, gm: str, tasks: Iterable[TaskRecord] = ()) -> None:
+        """The kept estimate equals one computed from scratch; an own book lists exactly the
+        GM's `tasks` that are placing, launched or running."""
+        if self.own is not None:
+            self.own.validate(gm, {
+                task.spec.task_id: (task.live, task.job.spec.user, task.spec.demand.cpu_m,
+                                    task.spec.demand.mem_mib)
+                for task in tasks if task.state in ACTIVE_STATES})
         kept = self.usage()
         cpu: dict[str, int] = {}
         mem: dict[str, int] = {}
@@ -183,6 +265,7 @@ class UsageEstimate:
             for pending in at_lm.values():
                 _contribute(adjustment, pending, listed, 1)
             _add(cpu, mem, adjustment)
+        self._own_part(cpu, mem)
         total_cpu, total_mem = self.view.capacity
         for user in set(cpu) | set(kept):
             fresh = (cpu.get(user, 0) / total_cpu, mem.get(user, 0) / total_mem)
