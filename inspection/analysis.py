@@ -26,6 +26,27 @@ and the allocation time S - A splits exactly into
 as in the Megha paper's section III. A task whose attempt lacks one of these events (a log
 cut short) still counts in the allocation figures, and in `breakdown.incomplete`.
 
+The paper's Figure 7 splits it further (`breakdown.components`), with what a simulation with
+processing time adds to those lines (simulator/federated.py): `wait_s`, the time the event
+behind the line waited in its service's inbox, `flight_s`, its time on the network, and
+`work_s`, the part of `handle_s` that was this task's own work (the rest of the step worked
+for other tasks: a GM places a whole job in one step, and nothing leaves before it ends).
+With p1 = the start of the step that placed the task's first attempt, w1 its event's wait,
+pn = the start of the step that placed the attempt that started, and f the two flights:
+
+    waiting for resources  (p1 - w1) - A   no fitting node in the view yet (cluster full,
+                                           freed nodes not yet reported), or held
+    inconsistency retries  pn - p1         time lost to refused attempts (stale views)
+    processing at GM/LM/worker  work_s of the three lines
+    communication          f(GM->LM) + f(LM->worker)
+    framework queuing      the rest: w1, the steps' work for other tasks, waits in the
+                           LM's and worker's inboxes, batches held for the request window
+    worker queuing         S - W
+
+Lines without these fields (the services') count their whole `handle_s` as processing,
+inbox waits as communication and no framework queuing but the GM's, which there is in
+waiting for resources: the four-part split above is the services' exact one.
+
 Weighted JCT: `job_arrived` carries the job's `weight` (`JobSpec.weight`; a line without it
 reads as 1), and `jct.weighted_mean` is the sum of weight x JCT over the sum of weights of the
 jobs done, the figure Smith's rule (the `wspt` job policy) lowers; `jct.weighted` says whether
@@ -60,6 +81,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 PARTS = ("framework_queuing", "processing", "communication", "worker_queuing")
+# the Megha paper's Figure 7 components (`breakdown.components`), finer than PARTS
+COMPONENTS = ("communication", "processing_gm", "processing_lm", "processing_worker",
+              "framework_queuing", "inconsistency_retries", "waiting_for_resources",
+              "worker_queuing")
 # Job-size classes by task count (ours: the paper reports short and long jobs by trace).
 SIZE_CLASSES = ((1, "1 task"), (10, "2-10 tasks"), (100, "11-100 tasks"),
                 (math.inf, "over 100 tasks"))
@@ -127,6 +152,10 @@ class _Attempt:
     launched_h: float = 0.0
     received: float | None = None
     received_h: float = 0.0
+    # a simulation's stamps on those three lines (`wait_s`, `flight_s`, `work_s`), or None
+    placed_stamps: tuple[float, float, float] | None = None
+    launched_stamps: tuple[float, float, float] | None = None
+    received_stamps: tuple[float, float, float] | None = None
     started: float | None = None
     cpu_m: int = 0
     user: str = ""
@@ -199,12 +228,13 @@ class RunAnalysis:
     # -- the figures -------------------------------------------------------------------------
 
     def report(self) -> dict:
-        allocation, parts, incomplete = self._allocations()
+        allocation, parts, components, incomplete = self._allocations()
         return {
             "name": self.name,
             "policies": self.policies,
             "allocation": allocation,
-            "breakdown": _breakdown(parts, incomplete),
+            "breakdown": _breakdown(parts, incomplete) | (
+                {"components": _shares(components, COMPONENTS)} if components else {}),
             "jct": self._jct(),
             "counts": self._counts(),
             "fairness": self._fairness(),
@@ -222,9 +252,25 @@ class RunAnalysis:
                 first[attempt.task] = attempt
         return first
 
-    def _allocations(self) -> tuple[dict, list[tuple[float, ...]], int]:
+    def _first_decisions(self) -> dict[str, tuple[float, float]]:
+        """task -> (start of the step that placed its first attempt, that event's wait)."""
+        first: dict[str, tuple[float, float]] = {}
+        for attempt in self.attempts.values():
+            if attempt.placed is None or not attempt.task:
+                continue
+            start = attempt.placed - attempt.placed_h
+            known = first.get(attempt.task)
+            if known is None or start < known[0]:
+                stamps = attempt.placed_stamps
+                first[attempt.task] = (start, stamps[0] if stamps else 0.0)
+        return first
+
+    def _allocations(self) -> tuple[dict, list[tuple[float, ...]], list[tuple[float, ...]],
+                                    int]:
         groups = _Groups()
         parts: list[tuple[float, ...]] = []
+        components: list[tuple[float, ...]] = []
+        first_decisions = self._first_decisions()
         incomplete = 0
         for task, attempt in self._first_starts().items():
             job = self.jobs.get(task.rpartition("/")[0])
@@ -242,7 +288,8 @@ class RunAnalysis:
                           attempt.placed_h + attempt.launched_h + attempt.received_h,
                           (lm_in - attempt.placed) + (worker_in - attempt.launched),
                           attempt.started - attempt.received))
-        return groups.figures(), parts, incomplete
+            components.append(_components(attempt, job.arrival, *first_decisions[task]))
+        return groups.figures(), parts, components, incomplete
 
     def _jct(self) -> dict:
         """JCT's figures, the slowdown, and the weighted mean JCT: sum of weight x JCT over
@@ -451,19 +498,41 @@ def _time_weighted_mean(times: np.ndarray, steps: np.ndarray, start: float,
     return float(np.sum(steps * np.diff(edges)) / (end - start))
 
 
+def _components(attempt: _Attempt, arrival: float, first_start: float,
+                first_wait: float) -> tuple[float, ...]:
+    """One task's COMPONENTS, which add up to its allocation time (the module's docstring)."""
+    _, _, gm_work = attempt.placed_stamps or (0.0, 0.0, attempt.placed_h)
+    _, lm_flight, lm_work = attempt.launched_stamps or (0.0, None, attempt.launched_h)
+    _, worker_flight, worker_work = attempt.received_stamps or (0.0, None, attempt.received_h)
+    decided = attempt.placed - attempt.placed_h  # the start of its placing step
+    # the hops GM -> LM and LM -> worker, from one line's stamp to the next's step start
+    hops = ((attempt.launched - attempt.launched_h) - attempt.placed
+            + (attempt.received - attempt.received_h) - attempt.launched)
+    flights = hops if lm_flight is None or worker_flight is None else lm_flight + worker_flight
+    own_work = gm_work + lm_work + worker_work
+    steps = attempt.placed_h + attempt.launched_h + attempt.received_h
+    return (flights, gm_work, lm_work, worker_work,
+            first_wait + (steps - own_work) + (hops - flights),
+            decided - first_start,
+            first_start - first_wait - arrival,
+            attempt.started - attempt.received)
+
+
+def _shares(rows: list[tuple[float, ...]], names: tuple[str, ...]) -> dict:
+    """Each column's mean, median and share of the sum of the means."""
+    array = np.asarray(rows)
+    means = array.mean(axis=0)
+    total = means.sum()
+    return {"mean_s": dict(zip(names, means.tolist(), strict=True)),
+            "p50_s": dict(zip(names, np.percentile(array, 50, axis=0).tolist(), strict=True)),
+            "share": dict(zip(names, (means / total if total > 0 else means * 0).tolist(),
+                              strict=True))}
+
+
 def _breakdown(parts: list[tuple[float, ...]], incomplete: int) -> dict:
     if not parts:
         return {"tasks": 0, "incomplete": incomplete}
-    array = np.asarray(parts)
-    means = array.mean(axis=0)
-    total = means.sum()
-    return {
-        "tasks": len(parts), "incomplete": incomplete,
-        "mean_s": dict(zip(PARTS, means.tolist(), strict=True)),
-        "p50_s": dict(zip(PARTS, np.percentile(array, 50, axis=0).tolist(), strict=True)),
-        "share": dict(zip(PARTS, (means / total if total > 0 else means * 0).tolist(),
-                          strict=True)),
-    }
+    return {"tasks": len(parts), "incomplete": incomplete} | _shares(parts, PARTS)
 
 
 # -- one handler per event kind ----------------------------------------------------------------
@@ -512,10 +581,18 @@ def _job_estimated(run: RunAnalysis, e: dict) -> None:
             str(e.get("predictor", "")))
 
 
+def _stamps(e: dict) -> tuple[float, float, float] | None:
+    """A simulation's (wait_s, flight_s, work_s) on a timed line; None on the services'."""
+    if "work_s" not in e:
+        return None
+    return float(e["wait_s"]), float(e["flight_s"]), float(e["work_s"])
+
+
 def _placed(run: RunAnalysis, e: dict) -> None:
     attempt = run.attempts[e["attempt"]]
     attempt.task = e["task"]
     attempt.placed, attempt.placed_h = e["ts"], float(e.get("handle_s", 0.0))
+    attempt.placed_stamps = _stamps(e)
 
 
 def _launched(run: RunAnalysis, e: dict) -> None:
@@ -523,6 +600,7 @@ def _launched(run: RunAnalysis, e: dict) -> None:
     attempt = run.attempts[e["attempt"]]
     attempt.task = e["task"]
     attempt.launched, attempt.launched_h = e["ts"], float(e.get("handle_s", 0.0))
+    attempt.launched_stamps = _stamps(e)
     attempt.cpu_m, attempt.user = int(e.get("cpu_m", 0)), e["user"]
     if e.get("queued"):  # it holds resources from its start at the worker
         run.counts["launches_queued"] += 1
@@ -536,6 +614,7 @@ def _received(run: RunAnalysis, e: dict) -> None:
     attempt = run.attempts[e["attempt"]]
     if attempt.received is None or e["ts"] < attempt.received:
         attempt.received, attempt.received_h = e["ts"], float(e.get("handle_s", 0.0))
+        attempt.received_stamps = _stamps(e)
 
 
 def _started(run: RunAnalysis, e: dict) -> None:
@@ -549,6 +628,7 @@ def _started(run: RunAnalysis, e: dict) -> None:
     attempt.started = e["ts"]
     if attempt.received is None:  # started at once: received and started by one event
         attempt.received, attempt.received_h = e["ts"], float(e.get("handle_s", 0.0))
+        attempt.received_stamps = _stamps(e)
     copy_of = e.get("copy_of")
     if copy_of is not None:
         attempt.copy_of = copy_of

@@ -13,7 +13,7 @@ import html
 import re
 from pathlib import Path
 
-from inspection.analysis import PARTS
+from inspection.analysis import COMPONENTS, PARTS
 from inspection.terminal import (
     JCT_BIN_CAPTION,
     JCT_BIN_HEADER,
@@ -130,8 +130,17 @@ def _breakdown_table(run: dict, rid: str) -> str:
     rows = [[part.replace("_", " "), _ms(breakdown["mean_s"][part]),
              _ms(breakdown["p50_s"][part]), f"{breakdown['share'][part]:.1%}"]
             for part in PARTS]
-    return _table(f"breakdown-{rid}", caption,
-                  ["part", "mean (ms)", "p50 (ms)", "share of mean"], rows)
+    table = _table(f"breakdown-{rid}", caption,
+                   ["part", "mean (ms)", "p50 (ms)", "share of mean"], rows)
+    components = breakdown.get("components")
+    if not components:
+        return table
+    # a simulation's finer split (the Megha paper's Figure 7)
+    rows = [[part.replace("_", " "), _ms(components["mean_s"][part]),
+             _ms(components["p50_s"][part]), f"{components['share'][part]:.1%}"]
+            for part in COMPONENTS]
+    return table + _table(f"components-{rid}", "its components (the Megha paper's Figure 7)",
+                          ["component", "mean (ms)", "p50 (ms)", "share of mean"], rows)
 
 
 def _counts_table(run: dict, rid: str) -> str:

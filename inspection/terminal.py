@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from inspection.analysis import PARTS
+from inspection.analysis import COMPONENTS, PARTS
 
 _STATS = ("count", "mean", "p50", "p90", "p99", "p99.9", "max")
 
@@ -166,6 +166,17 @@ def render_run(console: Console, run: dict, read: dict) -> None:
             table.add_row(part.replace("_", " "), _ms(breakdown["mean_s"][part]),
                           _ms(breakdown["p50_s"][part]), f"{breakdown['share'][part]:.1%}")
         console.print(table)
+        components = breakdown.get("components")
+        if components:  # a simulation's finer split (the Megha paper's Figure 7)
+            table = Table(title="its components (the Megha paper's Figure 7)",
+                          title_justify="left")
+            for column in ("component", "mean (ms)", "p50 (ms)", "share of mean"):
+                table.add_column(column, justify="left" if column == "component" else "right")
+            for part in COMPONENTS:
+                table.add_row(part.replace("_", " "), _ms(components["mean_s"][part]),
+                              _ms(components["p50_s"][part]),
+                              f"{components['share'][part]:.1%}")
+            console.print(table)
     jct = run["jct"]
     console.print(_stats_table(
         "job completion time", {"all jobs": jct["overall"]}

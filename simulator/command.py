@@ -58,9 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "and the published Megha simulator's model)")
     sim.add_argument("--delay", default=None, metavar="DIST",
                      help="one-way network delay, s (default 0.0005; any distribution)")
-    sim.add_argument("--processing", choices=PROCESSING_MODELS, default="none",
-                     help="'measured': cores take the CPU time their calls take (then runs "
-                          "are not repeatable); default none")
+    sim.add_argument("--processing", choices=PROCESSING_MODELS, default=None,
+                     help="each service a single server taking time on every event: "
+                          "'model', the calibrated cost of what its core did (repeatable; "
+                          "docs/processing.md), or 'measured', its core's CPU time (not "
+                          "repeatable); default none (cores take no time), and model for "
+                          "the experiments of the Megha paper's figures")
     sim.add_argument("--job-policy", choices=JOB_POLICIES.names(), default=None,
                      help="megha and centralized: the GMs' job policy (default: the "
                           "federation file's; fifo for --nodes)")
@@ -214,10 +217,11 @@ def _simulate(args: argparse.Namespace, scheduler: str, federation: Federation,
                               task_cpu_m=SLOT[0] if args.slots else None)
     jobs = job_specs(workload.jobs, SLOT if args.slots else None)
     delay = DelayModel.parse(args.delay)
+    processing = args.processing or "none"  # `megha simulate`'s default
     log = SimLog(name or scheduler, log_path)
     tasks = sum(len(job.tasks) for job in jobs)
     print(f"simulating {scheduler} on {where}: {len(jobs)} jobs, {tasks} tasks from "
-          f"{workload.name}; delay {delay}, processing {args.processing}"
+          f"{workload.name}; delay {delay}, processing {processing}"
           f"{', slot mode' if args.slots else ''}", flush=True)
     bar = _Bar()
     started = time.perf_counter()
@@ -230,7 +234,7 @@ def _simulate(args: argparse.Namespace, scheduler: str, federation: Federation,
             virtual, steps, rejected = sim.engine.now, sim.engine.steps, 0
         else:
             sim = FederatedSimulation(federation, jobs, log, delay=delay,
-                                      processing=args.processing, seed=args.seed, progress=bar)
+                                      processing=processing, seed=args.seed, progress=bar)
             outcome = sim.run()
             virtual, steps, rejected = outcome.virtual_s, outcome.steps, len(outcome.rejected)
             if not args.no_check:

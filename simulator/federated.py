@@ -8,12 +8,17 @@ the broker in the testbed) every GM concerned; common/routing.py says which even
 and gives it a stimulus id naming its cause. A worker's `RunTask` ends after the task's
 duration. LMs and GMs tick at the heartbeat interval, as in the services.
 
-Processing time (`processing="measured"`): each service is a single server, as a service's
-one event loop is. An event waits until its service is free, the core's CPU time on it is
-measured, and whatever the core sends leaves when it is done; the event log stamps it then,
-with `handle_s`, exactly as the services do, so `megha inspect` splits allocation time the
-same way for both. With `processing="none"` (the default) cores take no virtual time, and the
-same seed gives the same event log.
+Processing time (`processing="measured"` or `"model"`): each service is a single server, as a
+service's one event loop is. Events wait in its inbox, in arrival order, until it is free; it
+takes the core's CPU time on the event (measured), or the calibrated cost of what the core did
+(modelled: simulator/processing.py, docs/processing.md, repeatable), and whatever the core
+sends leaves when it is done. The event log stamps a line then, with `handle_s`, exactly as
+the services do; the lines of TIMED_EVENTS also carry what only the driver knows, for the
+allocation time's components (inspection/analysis.py): `wait_s`, how long the event waited in
+the inbox, `flight_s`, how long it was on the network, and `work_s`, the part of `handle_s`
+that was the line's own task's work (its decision, its validation) rather than the other
+tasks' of the same step. With `processing="none"` (the default) cores take no virtual time,
+and the same seed gives the same event log.
 
 No failures are modelled: worker agents send no heartbeats and LMs never time them out,
 GMs never time out an LM, and an LM's heartbeat goes out only when its state changed.
@@ -24,6 +29,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -49,8 +55,9 @@ from common.startlog import TIMED_EVENTS, gm_starting, lm_capacity
 from common.worker import WorkerAgent
 from simulator.engine import DelayModel, Engine
 from simulator.eventlog import SimLog
+from simulator.processing import ProcessingModel
 
-PROCESSING_MODELS = ("none", "measured")
+PROCESSING_MODELS = ("none", "measured", "model")
 
 
 class InvariantBroken(AssertionError):
@@ -61,8 +68,11 @@ class InvariantBroken(AssertionError):
 class _Actor:
     svc: str
     core: object
-    busy_until: float = 0.0
     receive: Callable[[object], None] | None = None  # an event's delivery to this actor
+    # with processing time: the events waiting for it, (event, sent, arrived), and whether
+    # it is busy (handling one, or until the end of the last one's processing)
+    inbox: deque = field(default_factory=deque)
+    busy: bool = False
 
 
 @dataclass(slots=True)
@@ -92,6 +102,10 @@ class FederatedSimulation:
         self.engine = Engine()
         self.delay = (delay or DelayModel.parse(None)).sampler(random.Random(f"{seed}/net"))
         self.measured = processing == "measured"
+        self.model = ProcessingModel() if processing == "model" else None
+        # with processing time, deliveries carry (event, when sent) into the services' inboxes
+        self.timed = processing != "none"
+        self._step_stamps: tuple = ()  # the step being handled: see `_stamps`
         self.progress = progress
         self.rng = random.Random(f"{seed}/phases")
         timing = federation.timing
@@ -126,9 +140,9 @@ class FederatedSimulation:
         self._routes[PublishTaskEvent] = partial(self._task_event,
                                                  self._routes[PublishTaskEvent])
         self._finished_reports = 0
-        # the agenda's action: no tuples; without processing time an event never waits, so
-        # it goes straight to `_handle` (one call less on each of a million deliveries)
-        receive = self._deliver if self.measured else self._handle
+        # the agenda's action: without processing time an event never waits, so it goes
+        # straight to `_handle` (no tuple, one call less on each of a million deliveries)
+        receive = self._arrive if self.timed else self._handle
         for actor in (*self.gms.values(), *self.lms.values(), *self.workers.values()):
             actor.receive = partial(receive, actor)
 
@@ -164,40 +178,79 @@ class FederatedSimulation:
         return len(self.outcome.ended) + len(self.outcome.rejected) >= len(self.jobs)
 
     def _submit(self, job: JobSpec) -> None:
-        gm = self.gms[self.queue_gm[job.user]]
-        try:
-            self._handle(gm, JobSubmitted(self.ids.new("submit"), job))
-        except InvalidInput as error:
-            self.outcome.rejected[job.job_id] = str(error)
-            self.log.emit(self.engine.now, gm.svc, "job_rejected",
-                          {"job": job.job_id, "user": job.user, "reason": str(error)})
-            self._stop_when_all_ended()
+        self._now_to(self.gms[self.queue_gm[job.user]], JobSubmitted(self.ids.new("submit"),
+                                                                     job))
+
+    def _reject(self, gm: _Actor, job: JobSpec, error: InvalidInput) -> None:
+        self.outcome.rejected[job.job_id] = str(error)
+        self.log.emit(self.engine.now, gm.svc, "job_rejected",
+                      {"job": job.job_id, "user": job.user, "reason": str(error)})
+        self._stop_when_all_ended()
 
     def _tick(self, actor: _Actor) -> None:
         if self._all_ended():
             return  # the run is over: no more heartbeats keep the agenda alive
-        self._handle(actor, Tick(self.ids.new("tick")))
+        self._now_to(actor, Tick(self.ids.new("tick")))
         self.engine.at(self.engine.now + self.federation.timing.heartbeat_interval,
                        self._tick, actor)
 
+    def _now_to(self, actor: _Actor, event) -> None:
+        """An event from outside the cores (a submission, a tick, a task's end) for `actor`
+        now: with processing time it joins the inbox, as a service's timer or request does."""
+        if self.timed:
+            self._arrive(actor, (event, self.engine.now))
+        else:
+            self._handle(actor, event)
+
     # -- one event at one service --------------------------------------------------------------
 
-    def _deliver(self, actor: _Actor, event) -> None:
-        if self.measured and actor.busy_until > self.engine.now:
-            self.engine.at(actor.busy_until, actor.receive, event)  # waits its turn, in order
-            return
-        self._handle(actor, event)
+    def _arrive(self, actor: _Actor, delivery: tuple) -> None:
+        """With processing time: an event reaches its service's inbox; a free service takes
+        it at once, a busy one when it is done with those before it."""
+        event, sent = delivery
+        actor.inbox.append((event, sent, self.engine.now))
+        if not actor.busy:
+            self._serve(actor)
 
-    def _handle(self, actor: _Actor, event) -> None:
+    def _serve(self, actor: _Actor) -> None:
+        event, sent, arrived = actor.inbox.popleft()
         now = self.engine.now
-        if self.measured:
-            started = time.perf_counter()
-            commands = actor.core.handle(event, now)
-            took = time.perf_counter() - started
-            actor.busy_until = now + took
+        actor.busy = True
+        took = self._handle(actor, event, now - arrived, arrived - sent)
+        self.engine.at(now + took, self._next, actor)
+
+    def _next(self, actor: _Actor) -> None:
+        if actor.inbox:
+            self._serve(actor)
         else:
-            commands = actor.core.handle(event, now)
-            took = 0.0
+            actor.busy = False
+
+    def _handle(self, actor: _Actor, event, wait: float = 0.0, flight: float = 0.0) -> float:
+        """One event through its core now; its commands leave when its processing is done.
+        Returns the processing time (0 without a processing model)."""
+        now = self.engine.now
+        core = actor.core
+        try:
+            if self.measured:
+                started = time.perf_counter()
+                commands = core.handle(event, now)
+                took = time.perf_counter() - started
+            elif self.model is not None:
+                counters = getattr(core, "counters", None)  # a GM's counts its decisions
+                decided = counters["decisions_total"] if counters is not None else 0
+                commands = core.handle(event, now)
+                decisions = counters["decisions_total"] - decided if counters else 0
+                took = self.model.cost(core, event, commands, decisions)
+            else:
+                commands = core.handle(event, now)
+                took = 0.0
+        except InvalidInput as error:
+            if type(event) is not JobSubmitted:
+                raise
+            self._reject(actor, event.job, error)  # the GM refused the job: nothing changed
+            return 0.0
+        if self.timed:
+            self._step_stamps = self._stamps(event, commands, took, wait, flight)
         done = now + took
         routes, cause = self._routes, event.stimulus_id
         for command in commands:
@@ -205,13 +258,30 @@ class FederatedSimulation:
             if route is None:
                 raise InvariantBroken(f"{actor.svc}: no route for {command!r}")
             route(actor, command, cause, done, took)
+        return took
+
+    def _stamps(self, event, commands: list, took: float, wait: float,
+                flight: float) -> dict[str, dict]:
+        """The fields the step's TIMED_EVENTS lines get, per line kind: the event's wait in
+        the inbox and flight, and each line's own share of the processing (`work_s`): the
+        model's cost of its own operation, else an even share of the step's time."""
+        lines: dict[str, int] = {}
+        for command in commands:
+            if type(command) is Log and command.event in TIMED_EVENTS:
+                lines[command.event] = lines.get(command.event, 0) + 1
+        stamps = {}
+        for line, count in lines.items():
+            own = self.model.own_work(line, event) if self.model is not None else None
+            stamps[line] = {"wait_s": wait, "flight_s": flight,
+                            "work_s": min(took, own) if own is not None else took / count}
+        return stamps
 
     # -- deliveries: the event common/routing.py makes of a command, one delay later ----------
 
     def _delivery(self, route: Route) -> Callable[[_Actor, object, str, float, float], None]:
         """The delivery of one command type, its route's pieces looked up once: the
         simulator routes millions of commands."""
-        make, tag, caused = route.event, route.tag, self.ids.caused
+        make, tag, caused, timed = route.event, route.tag, self.ids.caused, self.timed
         # each event goes one network delay later to its receiver's `receive`, in the engine's
         # FIFO lane (simulator/engine.py)
         at_fifo, delay = self.engine.at_fifo, self.delay
@@ -220,8 +290,9 @@ class FederatedSimulation:
             name_of = route.name_of
 
             def to_named(source: _Actor, command, cause: str, at: float, took: float) -> None:
+                event = make(source.svc, command, caused(tag, cause))
                 at_fifo(at + delay(), actors[name_of(command)].receive,
-                        make(source.svc, command, caused(tag, cause)))
+                        (event, at) if timed else event)
 
             return to_named
         if route.to is Receiver.WORKERS_LM:
@@ -230,8 +301,9 @@ class FederatedSimulation:
             def to_workers_lm(source: _Actor, command, cause: str, at: float,
                               took: float) -> None:
                 svc = source.svc
+                event = make(svc, command, caused(tag, cause))
                 at_fifo(at + delay(), lms[worker_lm[svc]].receive,
-                        make(svc, command, caused(tag, cause)))
+                        (event, at) if timed else event)
 
             return to_workers_lm
         # Receiver.EVERY: the one route to every actor of a role, an LM's heartbeat to the GMs
@@ -245,8 +317,9 @@ class FederatedSimulation:
                 return
             last[source.svc] = command.snapshot
             event = make(source.svc, command, caused(tag, cause))
+            delivery = (event, at) if timed else event
             for gm in gms:
-                at_fifo(at + delay(), gm.receive, event)
+                at_fifo(at + delay(), gm.receive, delivery)
 
         return to_every_gm
 
@@ -254,8 +327,13 @@ class FederatedSimulation:
 
     def _log(self, source: _Actor, command: Log, cause: str, at: float, took: float) -> None:
         event = command.event
-        self.log.emit(at, source.svc, event, command.fields,
-                      took if event in TIMED_EVENTS else None)
+        if event not in TIMED_EVENTS:
+            self.log.emit(at, source.svc, event, command.fields)
+            return
+        fields = command.fields
+        if self.timed:
+            fields = {**fields, **self._step_stamps[event]}
+        self.log.emit(at, source.svc, event, fields, took)
 
     def _run_task(self, source: _Actor, c: RunTask, cause: str, at: float, took: float) -> None:
         run = (source, c.duration or 0.0)
@@ -290,7 +368,7 @@ class FederatedSimulation:
             return  # killed before its end (and maybe run again: that run has its own end)
         del self._running[attempt]
         worker, duration = run
-        worker.receive(TaskRunEnded(self.ids.new("ran"), attempt, duration))
+        self._now_to(worker, TaskRunEnded(self.ids.new("ran"), attempt, duration))
 
     # -- the log's first lines, as the services write them ------------------------------------
 

@@ -5,6 +5,11 @@
     cluster-size  megha on 1,000 to 50,000 nodes (default 10 GMs, 10 LMs, as the paper)
     gms-lms       megha with other numbers of GMs and LMs (default on 30,000 nodes)
     heartbeat     megha with other LM heartbeat intervals
+    components    where megha's allocation time goes, the paper's Figure 7: communication,
+                  processing at GM, LM and worker, framework queuing, inconsistency retries
+                  (default: YH1_sub on 10,000 nodes, 4 GMs, 25 LMs; `components.py`)
+    centralized   megha against one GM and one LM, the paper's Figure 6: allocation time
+                  percentiles and CDF at 10,000 and 20,000 nodes (`centralized.py`)
     slearn        the SLearn paper's study: every job-size predictor (slearn, 3sigma,
                   3sigma-tl, point-est, las, fifo, oracle) on a drifting synthetic workload
                   and on YH1_sub, at load 1 (`slearn.py`)
@@ -19,6 +24,14 @@
                   `--preset federated`: the GMs' job policies (fifo, wspt, psrs, lp) with each
                   placement (first_fit, tetris) on the federated simulator at loads 0.9 and
                   1.2 (`packing_cluster.py`)
+    fairness      the Megha paper's fairness study (Figures 10/11): 4 user queues of shares
+                  10/25/15/50% on 3 GMs contending in staggered phases, on 200, 500 and 1,500
+                  nodes (`--sizes`), every variant of Algorithm 2 (`fairness.py`)
+
+The Megha paper's figures (baselines, cluster-size, gms-lms, heartbeat, components,
+centralized) run with `--processing model` by default: each service a single server taking
+the calibrated cost of its work (simulator/processing.py, docs/processing.md); the other
+studies with none, as `megha simulate`.
 
 `--values` changes what is swept (schedulers; node counts; GxL pairs; seconds). Every run's
 event log, the figures of all runs (JSON) and a side-by-side table go to `--out`, and
@@ -45,7 +58,7 @@ from inspection.terminal import render_comparison
 from simulator import command as simulate
 from simulator import sweep
 from simulator.cluster import shaped_federation
-from simulator.experiments import packing, redundancy
+from simulator.experiments import centralized, components, fairness, packing, redundancy
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 BUNDLED_TRACE = ROOT / "deploy" / "workloads" / "YH1_sub.tr"
@@ -57,10 +70,13 @@ EXPERIMENTS = {
     "cluster-size": ("node counts", "1000,5000,10000,20000,50000", {"gms": 10, "lms": 10}),
     "gms-lms": ("GxL pairs", "1x10,5x10,10x10,10x5,10x20", {"nodes": 30_000}),
     "heartbeat": ("intervals in seconds", "1,5,10,30", {"nodes": 10_000, "gms": 4, "lms": 25}),
+    "components": ("schedulers", "megha", {"nodes": 10_000, "gms": 4, "lms": 25}),
+    "centralized": ("node counts", "10000,20000", {"gms": 4, "lms": 25}),
     "slearn": ("job policies", "slearn,3sigma,3sigma-tl,point-est,las,fifo,oracle",
                {"nodes": 500, "gms": 2, "lms": 5}),
     "redundancy": ("allocation policies", "srpt,srpt+r,fair,fair+r,laps,laps+r", {}),
     "packing": ("packing algorithms", "per setting (see packing.py)", {}),
+    "fairness": ("fairness variants", fairness.DEFAULT_VARIANTS, {}),
 }
 
 
@@ -82,8 +98,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     simulate.add_arguments(parser)
     redundancy.add_arguments(parser)
     packing.add_arguments(parser)
+    fairness.add_arguments(parser)
     for action in parser._actions:  # the cluster's defaults depend on the experiment
         if action.dest in ("gms", "lms", "nodes_per_worker"):
+            action.default = None
+        if action.dest == "processing":  # per experiment: see `PAPER_FIGURES`
             action.default = None
 
 
@@ -109,8 +128,19 @@ def _runs(name: str, values: list[str]) -> list[tuple[str, dict]]:
     return runs
 
 
+# generic experiments with runs and figures of their own: (run name, change) per value, and
+# the figures they add to results.json (printed as they are made)
+STUDIES = {"components": components, "centralized": centralized}
+# the Megha paper's figures: their services take time (`--processing model` by default), as
+# the paper's Figures 6 and 7 need a busy GM and LM to show
+PAPER_FIGURES = ("baselines", "cluster-size", "gms-lms", "heartbeat", "components",
+                 "centralized")
+
+
 def run(args: argparse.Namespace) -> int:
     sweep.check(args.workers, args.dask)
+    if args.processing is None:
+        args.processing = "model" if args.experiment in PAPER_FIGURES else "none"
     if args.experiment == "slearn":
         from simulator.experiments import slearn
 
@@ -119,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
         return redundancy.run(args)
     if args.experiment == "packing":
         return packing.run(args)
+    if args.experiment == "fairness":
+        return fairness.run(args)
     what, default_values, cluster_defaults = EXPERIMENTS[args.experiment]
     for option in ("log", "results"):
         if getattr(args, option) is not None:
@@ -127,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
     if args.config is not None:
         raise InvalidInput("--config", "experiments generate their clusters: use --nodes, "
                                        "--gms, --lms")
-    if args.trace is None and args.alibaba is None and args.poisson is None:
+    if (args.trace is None and args.alibaba is None and args.poisson is None
+            and getattr(args, "like", None) is None):
         args.trace = BUNDLED_TRACE
         args.slots = True  # the bundled trace has no requests: Sparrow's slot model
     simulate.check_slot_options(args)
@@ -140,9 +173,11 @@ def run(args: argparse.Namespace) -> int:
     base["lms"] = base["lms"] or 25
     out = args.out or Path("experiments") / args.experiment
     out.mkdir(parents=True, exist_ok=True)
+    values = (args.values or default_values).split(",")
+    study = STUDIES.get(args.experiment)
     shapes = [(name, _scheduler_shape(base | change))
-              for name, change in _runs(args.experiment, (args.values or default_values)
-                                        .split(","))]
+              for name, change in (study.runs(values) if study else
+                                   _runs(args.experiment, values))]
     results = sweep.run_sweep(
         [sweep.Run(name, _simulate_shape, (args, shape, name),
                    None if args.no_log else out / f"{name}.log")
@@ -150,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers, dask=args.dask, on_done=sweep.progress_printer(run_line))
     reports = [result | {"name": name, "shape": shape}
                for (name, shape), result in zip(shapes, results, strict=True)]
-    write_results(args.experiment, out, reports, args.html)
+    write_results(args.experiment, out, reports, args.html,
+                  study.figures(reports) if study else None)
     print(f"results in {out}/ (results.json, table.txt"
           f"{', one event log per run' if not args.no_log else ''})")
     return 0
@@ -185,13 +221,15 @@ def run_line(report: dict) -> str:
     return f"{mean}, virtual {report['virtual_s']:,.0f} s"
 
 
-def write_results(experiment: str, out: Path, reports: list[dict], html: Path | None) -> dict:
+def write_results(experiment: str, out: Path, reports: list[dict], html: Path | None,
+                  figures: dict | None = None) -> dict:
     """results.json (the shared schema: `runs[].name`, `jct`, `allocation`, `counts`, ...,
-    and the comparison), table.txt, the table on the terminal, and the HTML report if asked;
-    the comparison."""
+    the comparison, and the experiment's own `figures` if it has some), table.txt, the table
+    on the terminal, and the HTML report if asked; the comparison."""
     table = compare(reports)
     (out / "results.json").write_text(json.dumps({"experiment": experiment,
-                                                  "runs": reports, "comparison": table},
+                                                  "runs": reports, "comparison": table}
+                                                 | ({"figures": figures} if figures else {}),
                                                  indent=1))
     console = Console() if sys.stdout.isatty() else Console(width=140)
     render_comparison(console, table)

@@ -232,8 +232,8 @@ def _cluster(args: argparse.Namespace) -> Cluster:
 
 def _workload(args: argparse.Namespace) -> argparse.Namespace:
     """The workload's options: the bundled trace's first `DEFAULT_JOBS` jobs unless given."""
-    given_source = any(getattr(args, source) is not None
-                       for source in ("trace", "alibaba", "poisson"))
+    given_source = any(getattr(args, source, None) is not None
+                       for source in ("trace", "alibaba", "poisson", "like"))
     return _with(args, slots=True, trace=args.trace if given_source else BUNDLED_TRACE,
                  jobs=args.jobs or DEFAULT_JOBS)
 

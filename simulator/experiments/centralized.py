@@ -1,0 +1,72 @@
+"""`megha experiment centralized`: decentralized megha against a centralized scheduler (one
+GM and one LM over the whole cluster, the same core), the Megha paper's Figure 6, where
+the centralized scheduler is far slower at 10,000 and 20,000 nodes because one GM and one LM
+do all the work.
+
+`--values` lists node counts (default 10000,20000); at each, megha (4 GMs, 25 LMs unless
+`--gms`, `--lms`) and centralized run YH1_sub with modelled processing
+(simulator/processing.py): without processing time both would place every task two network
+delays after its arrival. The figures: each pair's allocation-time percentiles (p50, p90,
+p99, p99.9, max, mean), centralized over megha, and each run's CDF (the runs'
+`allocation.cdf`, plotted by `--html`).
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from common.errors import InvalidInput
+
+PERCENTILES = ("p50", "p90", "p99", "p99.9", "max", "mean")
+
+
+def runs(values: list[str]) -> list[tuple[str, dict]]:
+    """megha and centralized at each node count."""
+    out = []
+    for value in values:
+        try:
+            nodes = int(value)
+        except ValueError:
+            raise InvalidInput("--values", f"{value!r} is not a node count") from None
+        if nodes < 1:
+            raise InvalidInput("--values", f"{value!r} is not a node count")
+        out += [(f"megha-{nodes}", {"scheduler": "megha", "nodes": nodes}),
+                (f"centralized-{nodes}", {"scheduler": "centralized", "nodes": nodes})]
+    return out
+
+
+def figures(reports: list[dict]) -> dict:
+    """Per node count: both schedulers' allocation percentiles (ms) and their ratios,
+    printed; results.json's `figures`."""
+    by_name = {report["name"]: report for report in reports}
+    pairs = {}
+    for report in reports:
+        nodes = report["shape"]["nodes"]
+        if report["shape"]["scheduler"] != "megha" or f"centralized-{nodes}" not in by_name:
+            continue
+        megha = _percentiles(report)
+        central = _percentiles(by_name[f"centralized-{nodes}"])
+        pairs[str(nodes)] = {"megha_ms": megha, "centralized_ms": central,
+                             "centralized_over_megha": {
+                                 key: central[key] / megha[key] if megha.get(key) else None
+                                 for key in megha}}
+    table = Table(title="allocation time (ms): megha vs centralized (one GM, one LM)")
+    for column in ("nodes", "scheduler", *PERCENTILES):
+        table.add_column(column, justify="right")
+    for nodes, pair in pairs.items():
+        for label, key in (("megha", "megha_ms"), ("centralized", "centralized_ms")):
+            table.add_row(nodes, label, *(f"{pair[key].get(p, 0):.2f}" for p in PERCENTILES))
+        table.add_row(nodes, "ratio", *(_ratio(pair["centralized_over_megha"].get(p))
+                                        for p in PERCENTILES))
+    Console(width=140).print(table)
+    return {"by_nodes": pairs}
+
+
+def _percentiles(report: dict) -> dict:
+    overall = report["allocation"]["overall"]
+    return {key: overall[key] * 1e3 for key in PERCENTILES if key in overall}
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"

@@ -1,0 +1,64 @@
+"""`megha experiment components`: where megha's allocation time goes, the Megha paper's
+Figure 7 (communication over 90%, processing under 3%, framework queuing about 7%).
+
+One run by default: YH1_sub on 10,000 nodes, 4 GMs and 25 LMs (`baselines`'s cluster), with
+modelled processing (simulator/processing.py), so that each service is a single server whose
+events wait behind one another. `--values` lists schedulers (megha, centralized). The figures
+are each run's `breakdown.components` (inspection/analysis.py): communication, processing at
+the GM, the LM and the worker, framework queuing, inconsistency retries, waiting for
+resources and worker queuing, their mean and share of the mean allocation time.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from common.errors import InvalidInput
+from inspection.analysis import COMPONENTS
+
+SCHEDULERS = ("megha", "centralized")
+# the paper's Figure 7 shares, where it gives them
+PAPER_SHARES = {"communication": "> 90%", "processing_gm": "< 3% (all processing)",
+                "framework_queuing": "~7%"}
+
+
+def runs(values: list[str]) -> list[tuple[str, dict]]:
+    """(run name, change from the base shape) per scheduler."""
+    for value in values:
+        if value not in SCHEDULERS:
+            raise InvalidInput("--values", f"{value!r} is not one of the schedulers "
+                                           f"components compares ({', '.join(SCHEDULERS)})")
+    return [(value, {"scheduler": value}) for value in values]
+
+
+def figures(reports: list[dict]) -> dict:
+    """Each run's components (mean ms, share of the mean allocation time), printed as a
+    table; results.json's `figures`."""
+    shares = {report["name"]: _components(report) for report in reports}
+    table = Table(title="allocation time by component (mean ms, share of the mean)")
+    table.add_column("component")
+    for name in shares:
+        table.add_column(name, justify="right")
+    table.add_column("paper (Fig. 7)", justify="right")
+    for part in COMPONENTS:
+        cells = []
+        for figures_of in shares.values():
+            if figures_of is None:
+                cells.append("-")
+            else:
+                cells.append(f"{figures_of['mean_ms'][part]:.3f}  "
+                             f"{figures_of['share'][part]:6.1%}")
+        table.add_row(part.replace("_", " "), *cells, PAPER_SHARES.get(part, ""))
+    Console(width=140).print(table)
+    return {"components": shares}
+
+
+def _components(report: dict) -> dict | None:
+    components = report.get("breakdown", {}).get("components")
+    if not components:
+        return None
+    return {"tasks": report["breakdown"]["tasks"],
+            "mean_allocation_ms": report["allocation"]["overall"]["mean"] * 1e3,
+            "mean_ms": {part: value * 1e3 for part, value in components["mean_s"].items()},
+            "share": components["share"]}
