@@ -25,6 +25,7 @@ from __future__ import annotations
 FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("allocation p50 (s)", ("allocation", "overall", "p50")),
     ("allocation p99 (s)", ("allocation", "overall", "p99")),
+    ("allocation p99.99 (s)", ("allocation", "overall", "p99.99")),
     ("allocation max (s)", ("allocation", "overall", "max")),
     ("allocation mean (s)", ("allocation", "overall", "mean")),
     ("JCT mean (s)", ("jct", "overall", "mean")),

@@ -12,7 +12,11 @@ import pytest
 from inspection.analysis import COMPONENTS
 from megha.cli import main
 
-TINY = ["--jobs", "12", "--workers", "1", "--no-log"]
+# the bundled trace in slot mode, whatever the figure's own default workload (the paper's,
+# as a stand-in: test_paper_figures_default_to_the_papers_workloads)
+BUNDLED = ["--trace", str(Path(__file__).resolve().parents[2] / "deploy" / "workloads"
+                          / "YH1_sub.tr"), "--slots"]
+TINY = ["--jobs", "12", "--workers", "1", "--no-log", *BUNDLED]
 
 
 def results(out: Path) -> dict:
@@ -59,8 +63,8 @@ def test_centralized_runs_saturated_and_every_job_ends(tmp_path):
     # saturated: the trace's jobs at 1.2 times what 400 slots carry, so tasks wait for slots
     # (there the scheduler's speed hardly matters: the wait for a slot dwarfs it)
     out = tmp_path / "loaded"
-    assert main(["experiment", "centralized", "--values", "400", "--gms", "4", "--lms", "4",
-                 "--jobs", "40", "--target-load", "1.2", "--workers", "1", "--no-log",
+    assert main(["experiment", "centralized", *BUNDLED, "--values", "400", "--gms", "4",
+                 "--lms", "4", "--jobs", "40", "--target-load", "1.2", "--workers", "1", "--no-log",
                  "--out", str(out)]) == 0
     data = results(out)
     for run in data["runs"]:
@@ -84,7 +88,7 @@ def test_paper_figures_default_to_modelled_processing_others_to_none(tmp_path):
     run = results(out)["runs"][0]
     assert run["breakdown"]["components"]["mean_s"]["processing_gm"] > 0
     out = tmp_path / "none"
-    assert main(["experiment", "cluster-size", "--values", "200", "--processing", "none",
+    assert main(["experiment", "cluster-size", *BUNDLED, "--values", "200", "--processing", "none",
                  *TINY, "--out", str(out)]) == 0
     assert results(out)["runs"][0]["breakdown"]["components"]["mean_s"]["processing_gm"] == 0
 
@@ -96,3 +100,14 @@ def test_bad_values_are_refused_naming_the_option(tmp_path, capsys):
     assert main(["experiment", "components", "--values", "sparrow", *TINY,
                  "--out", str(tmp_path)]) != 0
     assert "--values" in capsys.readouterr().err
+
+
+def test_paper_figures_default_to_the_papers_workloads(tmp_path, capsys):
+    """Without a source, Figure 6 (centralized) runs on the alibaba stand-in, as the paper."""
+    from simulator import experiments
+
+    assert experiments.PAPER_WORKLOADS["centralized"] == "alibaba"
+    assert experiments.PAPER_WORKLOADS["components"] == "cloudera"
+    assert main(["experiment", "centralized", "--values", "2000", "--jobs", "20",
+                 "--workers", "1", "--no-log", "--out", str(tmp_path / "c")]) == 0
+    assert "alibaba stand-in" in capsys.readouterr().out
