@@ -232,17 +232,32 @@ def comparison_cells(row: dict) -> list[str]:
     return values + ["" if r is None else f"{r:.2f}x" for r in row["ratios"][1:]]
 
 
+# Runs one comparison table shows beside the first: a sweep of 18 runs in one table has
+# 36 columns, too narrow to read, so a wide comparison is printed as several tables.
+RUNS_PER_TABLE = 3
+
+
 def render_comparison(console: Console, comparison: dict) -> None:
     runs = comparison["runs"]
-    table = Table(title=f"comparison (ratios to {runs[0]})", title_justify="left")
-    table.add_column("figure")
-    for name in runs:
-        table.add_column(name, justify="right")
-    for name in runs[1:]:
-        table.add_column(f"{name} / {runs[0]}", justify="right")
-    for row in comparison["rows"]:
-        table.add_row(row["figure"], *comparison_cells(row))
-    console.print(table)
+    others = list(range(1, len(runs)))
+    chunks = [others[i:i + RUNS_PER_TABLE] for i in range(0, len(others), RUNS_PER_TABLE)]
+    for part, chunk in enumerate(chunks or [[]], 1):
+        shown = [0, *chunk]
+        title = f"comparison (ratios to {runs[0]})"
+        if len(chunks) > 1:
+            title += f", part {part} of {len(chunks)}"
+        table = Table(title=title, title_justify="left")
+        table.add_column("figure")
+        for i in shown:
+            table.add_column(runs[i], justify="right")
+        for i in chunk:
+            table.add_column(f"{runs[i]} / {runs[0]}", justify="right")
+        for row in comparison["rows"]:
+            cells = comparison_cells(row)
+            values, ratios = cells[:len(runs)], cells[len(runs):]
+            table.add_row(row["figure"], *(values[i] for i in shown),
+                          *(ratios[i - 1] for i in chunk))
+        console.print(table)
     if comparison.get("reference"):
         console.print(f"/ {comparison['reference']}: the run's figure divided by "
                       f"{comparison['reference']}'s; above 1, {comparison['reference']} is "
