@@ -39,9 +39,18 @@ pn = the start of the step that placed the attempt that started, and f the two f
     inconsistency retries  pn - p1         time lost to refused attempts (stale views)
     processing at GM/LM/worker  work_s of the three lines
     communication          f(GM->LM) + f(LM->worker)
-    framework queuing      the rest: w1, the steps' work for other tasks, waits in the
-                           LM's and worker's inboxes, batches held for the request window
+    framework queuing      w1, and the waits in the LM's and worker's inboxes and for the
+                           GM's request window: waiting behind other events and requests
+    batch wait             the steps' work for the other tasks of the task's own step: a
+                           GM places a whole job in one step, an LM validates a request's
+                           batch, and nothing of it leaves before the step ends
     worker queuing         S - W
+
+The paper's framework queuing is a task's wait in the framework's queue for processing: our
+framework queuing plus the part of the batch wait spent on the decisions made before the
+task's own; the part after it is held only because a step's commands leave when it ends.
+Kept apart, the two say different things: framework queuing grows with load, batch wait
+with the width of jobs.
 
 Lines without these fields (the services') count their whole `handle_s` as processing,
 inbox waits as communication and no framework queuing but the GM's, which there is in
@@ -83,8 +92,8 @@ import numpy as np
 PARTS = ("framework_queuing", "processing", "communication", "worker_queuing")
 # the Megha paper's Figure 7 components (`breakdown.components`), finer than PARTS
 COMPONENTS = ("communication", "processing_gm", "processing_lm", "processing_worker",
-              "framework_queuing", "inconsistency_retries", "waiting_for_resources",
-              "worker_queuing")
+              "framework_queuing", "batch_wait", "inconsistency_retries",
+              "waiting_for_resources", "worker_queuing")
 # Job-size classes by task count (ours: the paper reports short and long jobs by trace).
 SIZE_CLASSES = ((1, "1 task"), (10, "2-10 tasks"), (100, "11-100 tasks"),
                 (math.inf, "over 100 tasks"))
@@ -513,7 +522,8 @@ def _components(attempt: _Attempt, arrival: float, first_start: float,
     own_work = gm_work + lm_work + worker_work
     steps = attempt.placed_h + attempt.launched_h + attempt.received_h
     return (flights, gm_work, lm_work, worker_work,
-            first_wait + (steps - own_work) + (hops - flights),
+            first_wait + (hops - flights),
+            steps - own_work,
             decided - first_start,
             first_start - first_wait - arrival,
             attempt.started - attempt.received)
