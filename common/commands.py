@@ -59,6 +59,13 @@ class SendReprioritize:
 
 
 @dataclass(slots=True)
+class ContinuePass:
+    """The GM's pass stopped at its bound with tasks still to try: the driver hands the GM a
+    `PassContinued` soon, behind what already waits for it, so that what the pass placed so
+    far leaves now and other events are not held up by a long pass."""
+
+
+@dataclass(slots=True)
 class JobEnded:
     """A job reached DONE or FAILED: the driver may drop its durable record."""
 
@@ -167,6 +174,7 @@ Command = (
     | SendCancel
     | SendReprioritize
     | JobEnded
+    | ContinuePass
     | ReplyToGM
     | StartOnWorker
     | StopOnWorker

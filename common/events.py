@@ -33,6 +33,14 @@ class Tick:
 
 
 @dataclass(slots=True)
+class PassContinued:
+    """A bounded pass goes on (the GM asked for it with `ContinuePass`)."""
+
+    stimulus_id: str
+
+
+
+@dataclass(slots=True)
 class JobSubmitted:
     """A job for this GM. A restarted GM replays unfinished jobs from its store with the
     tasks that already finished (task id, measured runtime): those are never run again."""

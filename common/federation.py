@@ -443,6 +443,9 @@ class Limits(_Table):
     gm_backlog_tasks: AtLeastOne = 5000
     # Requests one GM keeps in flight to one LM; placements made meanwhile join the next.
     lm_requests_in_flight: AtLeastOne = 1
+    # Tasks one GM step may place before the pass goes on in a later step, so that what it
+    # placed leaves at once and other events wait less; 0: no bound (a whole job per step).
+    gm_pass_tasks: Annotated[int, Field(ge=0)] = 0
     # Task events an LM holds while RabbitMQ cannot take them; at this many it refuses new
     # work (`lm_backlogged`) until half have left.
     lm_task_event_outbox: Annotated[int, Field(ge=2)] = 20_000
@@ -721,6 +724,7 @@ class Federation:
             num_constraints=self.num_constraints,
             epoch=epoch,
             lm_window=self.limits.lm_requests_in_flight,
+            pass_tasks=self.limits.gm_pass_tasks or None,
             reprioritize=(policies.local_queues.depth > 0
                           or policies.redundancy.policy != "none"),
             # Each GM its own stream (pilot choices), still fixed by the file's seed.

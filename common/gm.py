@@ -27,7 +27,15 @@ from collections.abc import Callable, Iterable
 from common.admission import Admission
 from common.attempts import AttemptBook
 from common.cluster import ClusterTopology
-from common.commands import Command, JobEnded, Log, SendCancel, SendLaunch, SendPreempt
+from common.commands import (
+    Command,
+    ContinuePass,
+    JobEnded,
+    Log,
+    SendCancel,
+    SendLaunch,
+    SendPreempt,
+)
 from common.dispatch import RequestWindow
 from common.errors import InvariantViolated
 from common.events import (
@@ -35,6 +43,7 @@ from common.events import (
     JobSubmitted,
     LMReplied,
     LMRequestFailed,
+    PassContinued,
     TaskEventReceived,
     TaskEventsReceived,
     Tick,
@@ -121,7 +130,9 @@ class GlobalMaster:
             TaskEventReceived: self._on_task_event,
             TaskEventsReceived: self._on_task_events,
             Tick: self._on_tick,
+            PassContinued: self._on_pass_continued,
         }
+        self._continuing = False  # a ContinuePass is out: the GM will be handed the rest
 
     # -- the entry point ---------------------------------------------------------------------
 
@@ -213,9 +224,15 @@ class GlobalMaster:
         work_conserving = self.config.work_conserving
         if not backlog.ready(work_conserving):
             return  # nothing new waits, and nothing blocked could fit now
-        backlog.place(self.jobs, lambda task: self._try_place(task, step),
-                      (lambda task: self._try_place(task, step, allow_preempt=False))
-                      if work_conserving else None)
+        bounded = backlog.place(self.jobs, lambda task: self._try_place(task, step),
+                                (lambda task: self._try_place(task, step, allow_preempt=False))
+                                if work_conserving else None, self.config.pass_tasks)
+        if bounded and not self._continuing:
+            self._continuing = True
+            step.emit(ContinuePass())
+
+    def _on_pass_continued(self, event: PassContinued, step: Step) -> None:
+        self._continuing = False  # handle() runs the pass on
 
     def _dispatch(self, step: Step) -> None:
         """Send what the request window lets out (placements already made joined their LM's

@@ -32,6 +32,9 @@ class GMConfig:
     seed: int = 0
     # requests in flight to one LM: placements made meanwhile join the next batch
     lm_window: int = 1
+    # tasks one step's pass may place before it goes on in a later step (`ContinuePass`), so
+    # that what it placed leaves at once; None: no bound, a whole job in one step
+    pass_tasks: int | None = None
     # tell LMs when a job's priority changes (common/reprioritize.py): only where workers
     # order by it, a federation with local queues or redundant copies
     reprioritize: bool = False

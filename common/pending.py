@@ -389,16 +389,22 @@ class Backlog:
     # -- the pass ------------------------------------------------------------------------------
 
     def place(self, jobs: dict[str, JobRecord], try_place: Callable[[TaskRecord], bool],
-              try_place_held: Callable[[TaskRecord], bool] | None) -> None:
+              try_place_held: Callable[[TaskRecord], bool] | None,
+              bound: int | None = None) -> bool:
         """Pending tasks in policy order (or the user queues in turn, round-robin); then, for
-        work conservation, held tasks may use what the pending ones could not."""
+        work conservation, held tasks may use what the pending ones could not. At most
+        `bound` placed tasks (None: no bound); True when the bound stopped the pass, which
+        then goes on in a later one from where it stopped (the index keeps the order)."""
         if self.round_robin:
-            self._place_round_robin(jobs, try_place)
+            placed = self._place_round_robin(jobs, try_place, bound)
         else:
-            for _ in self._placing(jobs, try_place, None):
-                pass
+            placed = _run(self._placing(jobs, try_place, None), bound)
+        if bound is not None and placed >= bound:
+            return True
         if try_place_held is not None:
-            self.held.place(jobs, try_place_held)
+            left = None if bound is None else bound - placed
+            return _run(self.held.placing(jobs, try_place_held), left) == left
+        return False
 
     def _placing(self, jobs: dict[str, JobRecord], try_place: Callable[[TaskRecord], bool],
                  user: str | None) -> Iterator[None]:
@@ -408,20 +414,30 @@ class Backlog:
         return self._placing_levels(jobs, try_place, user)
 
     def _place_round_robin(self, jobs: dict[str, JobRecord],
-                           try_place: Callable[[TaskRecord], bool]) -> None:
+                           try_place: Callable[[TaskRecord], bool], bound: int | None) -> int:
         """One placed task of each user queue in turn, starting after the queue served last,
-        until no queue can place more; a queue leaves the pass when nothing more of it fits.
-        Every stream is run to its end: each unfiles its emptied groups when it ends."""
+        until no queue can place more (or `bound` were placed); a queue leaves the pass when
+        nothing more of it fits. Every stream is run to its end or closed: each unfiles its
+        emptied groups when it ends. The number placed."""
         users = sorted({demand[0] for index in self.levels for demand in index.ready})
         start = bisect_right(users, self._last_served)
         streams = {user: self._placing(jobs, try_place, user)
                    for user in users[start:] + users[:start]}
-        while streams:
-            for user in list(streams):
-                if next(streams[user], True):  # exhausted: nothing more of it fits now
-                    del streams[user]
-                else:
-                    self._last_served = user
+        placed = 0
+        try:
+            while streams:
+                for user in list(streams):
+                    if bound is not None and placed >= bound:
+                        return placed
+                    if next(streams[user], True):  # exhausted: nothing more of it fits now
+                        del streams[user]
+                    else:
+                        self._last_served = user
+                        placed += 1
+        finally:
+            for stream in streams.values():
+                stream.close()
+        return placed
 
     def _placing_levels(self, jobs: dict[str, JobRecord],
                         try_place: Callable[[TaskRecord], bool],
@@ -433,12 +449,16 @@ class Backlog:
         streams = {level: index.placing(jobs, try_place, user)
                    for level, index in enumerate(self.levels) if index.ready}
         pick = self.shares.pick
-        while streams:
-            level = pick(streams) if len(streams) > 1 else next(iter(streams))
-            if next(streams[level], True):  # exhausted: nothing more of it fits now
-                del streams[level]
-            else:
-                yield
+        try:
+            while streams:
+                level = pick(streams) if len(streams) > 1 else next(iter(streams))
+                if next(streams[level], True):  # exhausted: nothing more of it fits now
+                    del streams[level]
+                else:
+                    yield
+        finally:  # a bounded pass closes this one early: its streams unfile what they emptied
+            for stream in streams.values():
+                stream.close()
 
     def validate(self, gm: str, job: JobRecord) -> None:
         self._pending(job).validate(gm, job, TaskState.PENDING)
@@ -463,3 +483,17 @@ class Backlog:
         if counted != self.shares.running:
             raise InvariantViolated(f"{gm}: counts {self.shares.running} tasks running per "
                                     f"queue, has {counted}")
+
+
+def _run(stream: Iterator[None], bound: int | None) -> int:
+    """Take up to `bound` placements of a pass's stream (None: all of them), then close it
+    (its `finally` unfiles the groups it emptied); the number taken."""
+    placed = 0
+    try:
+        for _ in stream:
+            placed += 1
+            if bound is not None and placed >= bound:
+                break
+    finally:
+        stream.close()
+    return placed

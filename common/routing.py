@@ -40,6 +40,7 @@ from typing import Any
 
 from common.commands import (
     CheckpointOnWorker,
+    ContinuePass,
     JobEnded,
     KillTask,
     Log,
@@ -63,6 +64,7 @@ from common.events import (
     JobReprioritized,
     LaunchRequested,
     LMReplied,
+    PassContinued,
     PreemptRequested,
     ReprioritizeRequested,
     TaskAssigned,
@@ -163,12 +165,15 @@ class Receiver(Enum):
     - NAMED: the one the command names (`SendLaunch.lm`);
     - EVERY: every one (an LM's heartbeat goes to every GM, as one event);
     - WORKERS_LM: the LM of the sending worker (a report names none: a worker has exactly
-      one, and its driver knows which).
+      one, and its driver knows which);
+    - SELF: the sender itself (a GM's bounded pass goes on: `ContinuePass`), with no delay
+      but behind what already waits for it.
     """
 
     NAMED = "named"
     EVERY = "every"
     WORKERS_LM = "workers_lm"
+    SELF = "self"
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,11 +207,17 @@ class Route:
             return self.name_of(command)
         if self.to is Receiver.WORKERS_LM:
             return lm_of_worker[source]
+        if self.to is Receiver.SELF:
+            return source
         return None
 
 
 def _named(role: str, tag: str, event: Callable[[str, Any, str], Any], field: str) -> Route:
     return Route(role, tag, event, Receiver.NAMED, attrgetter(field))
+
+
+def _continue_pass(source: str, c: ContinuePass, stimulus_id: str) -> PassContinued:
+    return PassContinued(stimulus_id)
 
 
 def _launch(source: str, c: SendLaunch, stimulus_id: str) -> LaunchRequested:
@@ -279,6 +290,8 @@ ROUTES: dict[type, Route] = {
     ReprioritizeOnWorker: _named(WORKER, "reprio", _reprioritized, "worker"),
     # worker -> its LM
     ReportToLM: Route(LM, "report", worker_report_event, Receiver.WORKERS_LM),
+    # GM -> itself
+    ContinuePass: Route(GM, "pass", _continue_pass, Receiver.SELF),
 }
 """Command type -> how it reaches another core."""
 

@@ -38,9 +38,22 @@ from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import ValidationError
 
-from common.commands import JobEnded, SendCancel, SendLaunch, SendPreempt, SendReprioritize
+from common.commands import (
+    ContinuePass,
+    JobEnded,
+    SendCancel,
+    SendLaunch,
+    SendPreempt,
+    SendReprioritize,
+)
 from common.errors import InvalidInput
-from common.events import JobSubmitted, LMRequestFailed, TaskEventsReceived, Tick
+from common.events import (
+    JobSubmitted,
+    LMRequestFailed,
+    PassContinued,
+    TaskEventsReceived,
+    Tick,
+)
 from common.federation import Federation
 from common.gm import GlobalMaster
 from common.messages import RequestKind
@@ -170,6 +183,12 @@ class GMService:
             for lm in federation.lms}
         self.runner.on(SendReprioritize, self._queue_reprioritize)
         self.runner.on(JobEnded, self._job_ended)
+        # a bounded pass goes on in the event loop's next turn, behind what already waits
+        self.runner.on(ContinuePass, lambda _: asyncio.get_running_loop().call_soon(
+            self._continue_pass))
+
+    def _continue_pass(self) -> None:
+        self.runner.handle(PassContinued(self.runner.stimulus("pass")))
 
     # -- life ------------------------------------------------------------------------------------
 

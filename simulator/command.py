@@ -70,6 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--placement", choices=PLACEMENT_POLICIES.names(), default=None,
                      help="megha and centralized: which fitting node a task gets (default: "
                           "the federation file's; first_fit for --nodes)")
+    sim.add_argument("--pass-tasks", type=int, default=None, metavar="N",
+                     help="megha and centralized: tasks one GM step places before its pass "
+                          "goes on in a later step (the federation file's [limits] "
+                          "gm_pass_tasks; 0: no bound, a whole job per step, the default)")
     sim.add_argument("--variability", choices=("none", "two-state", "gamma"), default=None,
                      help="megha and centralized: how nodes' speeds vary, with its defaults "
                           "(default: the federation file's [variability]; none for --nodes)")
@@ -128,6 +132,12 @@ def with_overrides(federation: Federation, args: argparse.Namespace) -> Federati
     placement = getattr(args, "placement", None)
     if placement is not None:
         policies = policies.model_copy(update={"placement": placement})
+    pass_tasks = getattr(args, "pass_tasks", None)
+    if pass_tasks is not None:
+        if pass_tasks < 0:
+            raise InvalidInput("--pass-tasks", f"must be >= 0, got {pass_tasks}")
+        federation = dataclasses.replace(federation, limits=federation.limits.model_copy(
+            update={"gm_pass_tasks": pass_tasks}))
     queue_depth = getattr(args, "queue_depth", None)
     if queue_depth is not None:
         if queue_depth < 0:

@@ -306,6 +306,13 @@ class FederatedSimulation:
                         (event, at) if timed else event)
 
             return to_workers_lm
+        if route.to is Receiver.SELF:  # a GM's bounded pass: on at once, behind its inbox
+
+            def to_self(source: _Actor, command, cause: str, at: float, took: float) -> None:
+                event = make(source.svc, command, caused(tag, cause))
+                at_fifo(at, source.receive, (event, at) if timed else event)
+
+            return to_self
         # Receiver.EVERY: the one route to every actor of a role, an LM's heartbeat to the GMs
         gms, last = self.gms.values(), self._last_heartbeat
 
