@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 from harness import Federation
+from one_gm_federation import one_gm_file
 
 from common.commands import ContinuePass
 from common.errors import InvalidInput
@@ -97,27 +98,14 @@ def test_a_saturated_simulation_with_a_bounded_pass_ends_every_job() -> None:
 
 @pytest.mark.parametrize(("value", "expected"), [("0", None), ("16", 16)])
 def test_the_federation_file_sets_the_bound(value: str, expected: int | None) -> None:
-    federation = load_federation(FILE.format(limits=f"gm_pass_tasks = {value}"))
+    federation = load_federation(limits_file(f"gm_pass_tasks = {value}"))
     assert federation.gm_config("g1").pass_tasks == expected
 
 
 def test_a_negative_bound_is_refused_by_name() -> None:
     with pytest.raises(InvalidInput, match="gm_pass_tasks"):
-        load_federation(FILE.format(limits="gm_pass_tasks = -1"))
+        load_federation(limits_file("gm_pass_tasks = -1"))
 
 
-FILE = """\
-gms = ["g1"]
-
-[limits]
-{limits}
-
-[[queues]]
-name = "a"
-share = 1.0
-gm = "g1"
-
-[[lms]]
-id = "l1"
-nodes = {{ count = 2, cpu_m = 1000, mem_mib = 1024 }}
-"""
+def limits_file(line: str) -> str:
+    return one_gm_file(f"[limits]\n{line}")

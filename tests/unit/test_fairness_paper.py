@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from harness import Federation, make_topologies
+from one_gm_federation import one_gm_file
 
 from common.errors import InvalidInput
 from common.events import LaunchRequested
@@ -189,25 +190,12 @@ def test_the_papers_usage_is_cpu_alone_today_the_dominant_share() -> None:
 # -- the federation file ------------------------------------------------------------------------
 
 
-FILE = """\
-gms = ["g1"]
-
-[policies]
-{policies}
-
-[[queues]]
-name = "a"
-share = 1.0
-gm = "g1"
-
-[[lms]]
-id = "l1"
-nodes = {{ count = 2, cpu_m = 1000, mem_mib = 1024 }}
-"""
+def policies_file(policies: str) -> str:
+    return one_gm_file(f"[policies]\n{policies}")
 
 
 def options_of(policies: str) -> FairnessOptions:
-    return load_federation(FILE.format(policies=policies)).gm_config("g1").fairness_options
+    return load_federation(policies_file(policies)).gm_config("g1").fairness_options
 
 
 def test_the_file_selects_the_paper_todays_default_or_any_mix() -> None:
@@ -226,7 +214,7 @@ def test_the_file_selects_the_paper_todays_default_or_any_mix() -> None:
 
 
 def test_the_gm_carries_out_the_options_it_is_given() -> None:
-    federation_file = load_federation(FILE.format(policies='fairness = "fair_share_paper"'))
+    federation_file = load_federation(policies_file('fairness = "fair_share_paper"'))
     fed = Federation(make_topologies(1, 2, ["g1"]), [federation_file.gm_config("g1")])
     gm = fed.gms["g1"]
     assert gm._backlog.round_robin and gm._backlog.refused_to_tail
@@ -245,7 +233,7 @@ def test_the_gm_carries_out_the_options_it_is_given() -> None:
 ])
 def test_a_bad_option_is_refused_by_name(line: str, field: str, words: str) -> None:
     with pytest.raises(InvalidInput) as caught:
-        load_federation(FILE.format(policies=f"[policies.fairness_options]\n{line}"))
+        load_federation(policies_file(f"[policies.fairness_options]\n{line}"))
     assert caught.value.field == field
     assert words in caught.value.message
 

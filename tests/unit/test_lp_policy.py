@@ -15,6 +15,7 @@ from bitarray import bitarray
 from harness import Federation
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from one_gm_federation import one_gm_file
 
 from common.cluster import ClusterState, ClusterTopology
 from common.errors import InvalidInput
@@ -202,29 +203,13 @@ def test_tetris_sends_a_task_where_its_kind_of_room_is() -> None:
 
 # -- the federation file --------------------------------------------------------------------------
 
-FILE = """\
-gms = ["g1"]
-
-[policies]
-job = "lp"
-placement = "tetris"
-
-[policies.lp]
-{lp}
-
-[[queues]]
-name = "a"
-share = 1.0
-gm = "g1"
-
-[[lms]]
-id = "l1"
-nodes = {{ count = 2, cpu_m = 1000, mem_mib = 1024 }}
-"""
+def lp_file(lp: str) -> str:
+    return one_gm_file('[policies]\njob = "lp"\nplacement = "tetris"\n\n'
+                       f"[policies.lp]\n{lp}")
 
 
 def test_the_federation_file_chooses_lp_with_its_options() -> None:
-    federation = load_federation(FILE.format(lp="resolve_first = 3.0\nmax_jobs = 50"))
+    federation = load_federation(lp_file("resolve_first = 3.0\nmax_jobs = 50"))
     config = federation.gm_config("g1")
     assert (config.job_policy, config.placement) == ("lp", "tetris")
     policy = JOB_POLICIES.make("lp", **federation.policies.job_options())
@@ -237,7 +222,7 @@ def test_the_federation_file_chooses_lp_with_its_options() -> None:
                                            ("resolve_growth = 0.9", "resolve_growth")])
 def test_bad_lp_options_are_refused_by_name(line: str, key: str) -> None:
     with pytest.raises(InvalidInput, match=key):
-        load_federation(FILE.format(lp=line))
+        load_federation(lp_file(line))
 
 
 # -- in the simulator, saturated ------------------------------------------------------------------

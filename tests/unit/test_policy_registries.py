@@ -9,6 +9,7 @@ import pkgutil
 from types import ModuleType
 
 import pytest
+from one_gm_federation import one_gm_file
 
 import common.policies
 from common.errors import InvalidInput
@@ -31,21 +32,8 @@ SIMULATOR_ONLY = {"redundancy experiment", "packing experiment"}
 # family hands out classes (`get`), made with nothing.
 CONTEXT = {"policies.fairness": {"queues": [UserQueue("a", 1.0, "g1")]}}
 
-FEDERATION = """\
-gms = ["g1"]
-
-[policies]
-{line}
-
-[[queues]]
-name = "a"
-share = 1.0
-gm = "g1"
-
-[[lms]]
-id = "l1"
-nodes = {{ count = 2, cpu_m = 1000, mem_mib = 1024 }}
-"""
+def policies_file(line: str) -> str:
+    return one_gm_file(f"[policies]\n{line}")
 
 
 def family_modules() -> list[ModuleType]:
@@ -148,9 +136,9 @@ def test_the_federation_file_offers_the_registered_names(module: ModuleType) -> 
         return getattr(value, field[0]) if field else value
 
     for name in registry.names():
-        assert chosen(load_federation(FEDERATION.format(line=line(name)))) == name
+        assert chosen(load_federation(policies_file(line(name)))) == name
     with pytest.raises(InvalidInput) as caught:
-        load_federation(FEDERATION.format(line=line("no_such_policy")))
+        load_federation(policies_file(line("no_such_policy")))
     assert caught.value.field == registry.family
     assert f"(known: {', '.join(registry.names())})" in caught.value.message
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from one_gm_federation import one_gm_file
 
 from common.errors import InvalidInput
 from common.events import TaskAssigned
@@ -77,24 +78,13 @@ def test_a_node_s_long_run_rate_is_one_and_its_seed_fixes_it(model) -> None:
     assert run("s/n1") == took and run("s/n2") != took
 
 
-FILE = """\
-gms = ["g1"]
-seed = 4
-{variability}
-[[queues]]
-name = "a"
-share = 1.0
-gm = "g1"
-
-[[lms]]
-id = "l1"
-nodes = {{ count = 2, cpu_m = 1000, mem_mib = 1024 }}
-"""
+def speed_file(variability: str) -> str:
+    return one_gm_file(f"seed = 4\n{variability}")
 
 
 def test_the_federation_file_chooses_a_speed_model_and_refuses_bad_ones() -> None:
-    assert load_federation(FILE.format(variability="")).variability.speed_model() is None
-    federation = load_federation(FILE.format(
+    assert load_federation(speed_file("")).variability.speed_model() is None
+    federation = load_federation(speed_file(
         variability='[variability]\nmodel = "gamma"\nshape = 4.0\ninterval = 30.0\n'))
     model = federation.variability.speed_model()
     assert (model.kind, model.shape, model.interval) == ("gamma", 4.0, 30.0)
@@ -102,7 +92,7 @@ def test_the_federation_file_chooses_a_speed_model_and_refuses_bad_ones() -> Non
                          ('model = "two-state"\nup_rate = [0.5, 0.1]', "variability.up_rate"),
                          ('model = "two-state"\nap_length = [1.0]', "variability.ap_length")):
         with pytest.raises(InvalidInput) as caught:
-            load_federation(FILE.format(variability=f"[variability]\n{table}\n"))
+            load_federation(speed_file(f"[variability]\n{table}\n"))
         assert caught.value.field == field, caught.value
 
 

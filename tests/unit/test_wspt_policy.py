@@ -7,6 +7,7 @@ import random
 
 import pytest
 from harness import Federation
+from one_gm_federation import one_gm_file
 
 from common.federation import load_federation
 from common.models import JobSpec, TaskSpec
@@ -78,21 +79,7 @@ def test_without_stated_durations_the_trace_estimate_then_weight_and_arrival_ord
 
 
 def test_the_federation_file_selects_wspt() -> None:
-    federation = load_federation("""\
-gms = ["g1"]
-
-[policies]
-job = "wspt"
-
-[[queues]]
-name = "a"
-share = 1.0
-gm = "g1"
-
-[[lms]]
-id = "l1"
-nodes = { count = 2, cpu_m = 1000, mem_mib = 1024 }
-""")
+    federation = load_federation(one_gm_file('[policies]\njob = "wspt"'))
     assert federation.policies.job == "wspt"
     assert federation.gm_config("g1").job_policy == "wspt"
 
