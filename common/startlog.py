@@ -9,6 +9,8 @@ processing and communication (inspection/analysis.py).
 
 from __future__ import annotations
 
+import dataclasses
+
 from common.federation import Federation
 
 TIMED_EVENTS = frozenset({"task_placed", "task_launched", "task_queued", "task_started"})
@@ -21,7 +23,10 @@ def gm_starting(federation: Federation, gm: str, epoch: int) -> dict:
             "users": sorted(q.name for q in federation.queues if q.gm == gm),
             "shares": {q.name: q.share for q in federation.queues if q.gm == gm},
             "policies": {"job": policies.job, "fairness": policies.fairness,
-                         "placement": policies.placement, "local_queue": policies.local_queue}
+                         "placement": policies.placement, "local_queue": policies.local_queue},
+            # how Algorithm 2 is carried out: a log says which variant made its shares
+            "fairness_options": dataclasses.asdict(
+                policies.fairness_options.resolve(policies.fairness)),
             } | variability(federation)
 
 

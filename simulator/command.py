@@ -32,7 +32,8 @@ from simulator.baselines import DEFAULT_PROBE_RATIO, RandomSimulation, SparrowSi
 from simulator.cluster import PAPER_NODE, SLOT, shaped_federation
 from simulator.engine import DelayModel
 from simulator.eventlog import SimLog
-from simulator.federated import PROCESSING_MODELS, FederatedSimulation, job_specs
+from simulator.federated import FederatedSimulation, job_specs
+from simulator.processing import parse_processing
 
 SCHEDULERS = ("megha", "centralized", "sparrow", "random")
 
@@ -58,12 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "and the published Megha simulator's model)")
     sim.add_argument("--delay", default=None, metavar="DIST",
                      help="one-way network delay, s (default 0.0005; any distribution)")
-    sim.add_argument("--processing", choices=PROCESSING_MODELS, default=None,
+    sim.add_argument("--processing", type=_processing, default=None,
+                     metavar="{none,measured,model,model:SCALE}",
                      help="each service a single server taking time on every event: "
                           "'model', the calibrated cost of what its core did (repeatable; "
-                          "docs/processing.md), or 'measured', its core's CPU time (not "
-                          "repeatable); default none (cores take no time), and model for "
-                          "the experiments of the Megha paper's figures")
+                          "docs/processing.md; model:0.1, those costs times 0.1), or "
+                          "'measured', its core's CPU time (not repeatable); default none "
+                          "(cores take no time), and model for the experiments of the Megha "
+                          "paper's figures")
     sim.add_argument("--job-policy", choices=JOB_POLICIES.names(), default=None,
                      help="megha and centralized: the GMs' job policy (default: the "
                           "federation file's; fifo for --nodes)")
@@ -210,6 +213,15 @@ def _collector_paused() -> Iterator[None]:
         gc.freeze()
         if was_enabled:
             gc.enable()
+
+
+def _processing(text: str) -> str:
+    """--processing's value, checked here so a typo fails before anything runs."""
+    try:
+        parse_processing(text)
+    except InvalidInput as error:
+        raise argparse.ArgumentTypeError(error.message) from None
+    return text
 
 
 def simulate_once(args: argparse.Namespace, scheduler: str, federation: Federation,

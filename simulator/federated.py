@@ -55,9 +55,7 @@ from common.startlog import TIMED_EVENTS, gm_starting, lm_capacity
 from common.worker import WorkerAgent
 from simulator.engine import DelayModel, Engine
 from simulator.eventlog import SimLog
-from simulator.processing import ProcessingModel
-
-PROCESSING_MODELS = ("none", "measured", "model")
+from simulator.processing import CALIBRATED, ProcessingModel, parse_processing
 
 
 class InvariantBroken(AssertionError):
@@ -93,18 +91,16 @@ class FederatedSimulation:
     def __init__(self, federation: Federation, jobs: Sequence[JobSpec], log: SimLog, *,
                  delay: DelayModel | None = None, processing: str = "none", seed: int = 0,
                  progress: Callable[[float, int, int], None] | None = None) -> None:
-        if processing not in PROCESSING_MODELS:
-            raise InvalidInput("--processing", f"unknown model {processing!r} "
-                               f"(known: {', '.join(PROCESSING_MODELS)})")
+        kind, scale = parse_processing(processing)
         self.federation = federation
         self.jobs = sorted(jobs, key=lambda job: job.arrival)
         self.log = log
         self.engine = Engine()
         self.delay = (delay or DelayModel.parse(None)).sampler(random.Random(f"{seed}/net"))
-        self.measured = processing == "measured"
-        self.model = ProcessingModel() if processing == "model" else None
+        self.measured = kind == "measured"
+        self.model = ProcessingModel(CALIBRATED.scaled(scale)) if kind == "model" else None
         # with processing time, deliveries carry (event, when sent) into the services' inboxes
-        self.timed = processing != "none"
+        self.timed = kind != "none"
         self._step_stamps: tuple = ()  # the step being handled: see `_stamps`
         self.progress = progress
         self.rng = random.Random(f"{seed}/phases")

@@ -17,10 +17,12 @@ driver charges them: the cores (common/) know nothing of time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from common.commands import PublishHeartbeat, ReplyToGM
+from common.errors import InvalidInput
 from common.events import (
     HeartbeatReceived,
     JobSubmitted,
@@ -72,8 +74,34 @@ class ProcessingCosts:
     worker_event: float = 6.1 * US  # a worker agent, any event (a start, an end). fit
 
 
+    def scaled(self, factor: float) -> ProcessingCosts:
+        """Every cost times `factor`: the same services `1 / factor` times faster (or
+        slower), to ask how fast they must be for a figure's shares to change."""
+        return ProcessingCosts(**{name: getattr(self, name) * factor for name in OPERATIONS})
+
+
 CALIBRATED = ProcessingCosts()
 OPERATIONS = tuple(f.name for f in fields(ProcessingCosts))
+PROCESSING_KINDS = ("none", "measured", "model")
+
+
+def parse_processing(text: str) -> tuple[str, float]:
+    """`--processing`'s value: none, measured, model, or model:SCALE (the calibrated costs
+    times SCALE, a positive number: model:0.1 is services ten times faster)."""
+    kind, sep, scale_text = text.partition(":")
+    if kind not in PROCESSING_KINDS or (sep and kind != "model"):
+        raise InvalidInput("--processing", f"{text!r} is not one of none, measured, model, "
+                                           f"model:SCALE")
+    if not sep:
+        return kind, 1.0
+    try:
+        scale = float(scale_text)
+    except ValueError:
+        scale = math.nan
+    if not (scale > 0 and math.isfinite(scale)):
+        raise InvalidInput("--processing", f"model:SCALE needs a positive number as SCALE, "
+                                           f"got {scale_text!r}")
+    return kind, scale
 
 
 class ProcessingModel:

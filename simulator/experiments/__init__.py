@@ -78,7 +78,10 @@ EXPERIMENTS = {
     "cluster-size": ("node counts", "1000,5000,10000,20000,50000", {"gms": 10, "lms": 10}),
     "gms-lms": ("GxL pairs", "1x10,5x10,10x10,10x5,10x20", {"nodes": 30_000}),
     "heartbeat": ("intervals in seconds", "1,5,10,30", {"nodes": 10_000, "gms": 4, "lms": 25}),
-    "components": ("schedulers", "megha", {"nodes": 10_000, "gms": 4, "lms": 25}),
+    # the calibrated model, and services 10 and 33 times faster: how fast they must be for
+    # communication to dominate as in the paper
+    "components": ("schedulers (SCHEDULER@SCALE: its costs times SCALE)",
+                   "megha,megha@0.1,megha@0.03", {"nodes": 10_000, "gms": 4, "lms": 25}),
     "centralized": ("node counts", "10000,20000", {"gms": 4, "lms": 25}),
     "slearn": ("job policies", "slearn,3sigma,3sigma-tl,point-est,las,fifo,oracle",
                {"nodes": 500, "gms": 2, "lms": 5}),
@@ -228,6 +231,9 @@ def _simulate_shape(args: argparse.Namespace, shape: dict, name: str,
     federation = simulate.with_overrides(federation, args)
     where = (f"{shape['nodes']} nodes, {shape['gms']} GMs, {shape['lms']} LMs, heartbeat "
              f"{heartbeat:g} s")
+    if "processing" in shape:  # components' SCHEDULER@SCALE: its own processing model
+        args = argparse.Namespace(**(vars(args) | {"processing": shape["processing"]}))
+        where += f", processing {shape['processing']}"
     return simulate.simulate_once(args, shape["scheduler"], federation, where, log, name)
 
 

@@ -4,6 +4,8 @@ the in-process harness (tests/harness.py), deliveries explicit where order matte
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from harness import Federation, make_topologies
 from one_gm_federation import one_gm_file
@@ -264,3 +266,14 @@ def test_the_paper_preempts_across_and_within_a_gm_with_its_books_checked() -> N
     assert fed.gms["gm-2"].placer.usage()["c"] == (0.25, 0.25)
     fed.drain()
     assert {e.job_id for e in fed.ended_jobs} == {"hog", "mine", "theirs"}
+
+
+def test_a_gms_first_log_line_names_the_variant_it_runs():
+    """`gm_starting` carries the resolved options, so a log says which Algorithm 2 made it."""
+    from common.startlog import gm_starting
+
+    federation = load_federation(policies_file(
+        'fairness = "fair_share_paper"\n[policies.fairness_options]\nrefused = "front"\n'))
+    fields = gm_starting(federation, "g1", 0)
+    assert fields["policies"]["fairness"] == "fair_share_paper"
+    assert fields["fairness_options"] == {**dataclasses.asdict(PAPER), "refused": "front"}

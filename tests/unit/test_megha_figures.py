@@ -26,10 +26,17 @@ def results(out: Path) -> dict:
 def test_components_records_each_component_and_they_add_up(tmp_path):
     out = tmp_path / "components"
     assert main(["experiment", "components", "--nodes", "300", "--gms", "2", "--lms", "3",
-                 *TINY, "--out", str(out), "--html", str(tmp_path / "c.html")]) == 0
+                 "--values", "megha,megha@0.1", *TINY, "--out", str(out),
+                 "--html", str(tmp_path / "c.html")]) == 0
     data = results(out)
     run = data["runs"][0]
     assert run["name"] == "megha" and {"jct", "allocation", "counts"} <= set(run)
+    # services ten times faster: the same run, each service's time a tenth
+    fast = data["figures"]["components"]["megha@0.1"]
+    slow = data["figures"]["components"]["megha"]
+    for part in ("processing_gm", "processing_lm", "processing_worker"):
+        assert fast["mean_ms"][part] == pytest.approx(slow["mean_ms"][part] / 10, rel=0.05)
+    assert fast["share"]["communication"] > slow["share"]["communication"]
     figures = data["figures"]["components"]["megha"]
     assert set(figures["share"]) == set(COMPONENTS)
     assert sum(figures["share"].values()) == pytest.approx(1.0)
@@ -111,3 +118,14 @@ def test_paper_figures_default_to_the_papers_workloads(tmp_path, capsys):
     assert main(["experiment", "centralized", "--values", "2000", "--jobs", "20",
                  "--workers", "1", "--no-log", "--out", str(tmp_path / "c")]) == 0
     assert "alibaba stand-in" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value, named", [("megha@0", "positive number"),
+                                          ("megha@fast", "positive number"),
+                                          ("sparrow@0.1", "'sparrow' is not one of")])
+def test_components_refuses_a_bad_value_naming_it(tmp_path, value, named, capsys):
+    assert main(["experiment", "components", "--values", value, *TINY,
+                 "--out", str(tmp_path / "c")]) != 0
+    error = capsys.readouterr().err
+    assert "--values" in error and value in error and named in error
+    assert not (tmp_path / "c" / "results.json").exists()

@@ -12,13 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import InvalidInput
 from common.models import JobSpec, TaskSpec
 from common.resources import Resources
 from inspection.analysis import COMPONENTS
 from simulator.cluster import SLOT, shaped_federation
 from simulator.eventlog import SimLog
 from simulator.federated import FederatedSimulation
-from simulator.processing import CALIBRATED, ProcessingCosts, ProcessingModel
+from simulator.processing import (
+    CALIBRATED,
+    OPERATIONS,
+    ProcessingCosts,
+    ProcessingModel,
+    parse_processing,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 D = 0.0005  # the default one-way delay
@@ -157,3 +164,22 @@ def _keep_lines(monkeypatch):
         emit(self, ts, svc, event, fields, handle_s)
 
     monkeypatch.setattr(SimLog, "emit", keeping)
+
+
+@pytest.mark.parametrize("text, parsed", [("none", ("none", 1.0)), ("model", ("model", 1.0)),
+                                          ("model:0.1", ("model", 0.1)),
+                                          ("measured", ("measured", 1.0))])
+def test_processing_values_parse(text, parsed):
+    assert parse_processing(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["modl", "model:", "model:-1", "model:nan", "measured:2"])
+def test_a_bad_processing_value_is_refused_naming_the_option(text):
+    with pytest.raises(InvalidInput, match="--processing"):
+        parse_processing(text)
+
+
+def test_scaled_costs_scale_every_operation():
+    tenth = CALIBRATED.scaled(0.1)
+    for name in OPERATIONS:
+        assert getattr(tenth, name) == pytest.approx(getattr(CALIBRATED, name) * 0.1)
