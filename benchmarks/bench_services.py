@@ -66,7 +66,8 @@ def replay(fed: LocalFederation, args) -> ReplayResult:
     completions read from each GM's feed of ended jobs."""
     gms = {user.name: (user.gm, fed.endpoints.url(user.gm)) for user in fed.federation.queues}
     replayer = Replayer(workload(fed, args), gms, completion_timeout=args.grace,
-                        log=lambda line: print(f"# {line}", file=sys.stderr))
+                        log=lambda line: print(f"# {line}", file=sys.stderr),
+                        tokens=fed.user_tokens)
     return asyncio.run(replayer.run())
 
 

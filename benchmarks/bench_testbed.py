@@ -169,12 +169,13 @@ def refused_so_far(gms: dict[str, str]) -> int | None:
     return total
 
 
-def wait_finished(unfinished: dict[str, str], timeout: float) -> None:
+def wait_finished(unfinished: dict[str, str], timeout: float,
+                  headers: dict[str, str]) -> None:
     """Until each job (id -> its GM's URL) is done or failed: a phase must not start behind the
     last one's backlog. Asked job by job, not from the GMs' backlog figure, which counts
     tasks a GM accepted and still holds in RabbitMQ and so depends on that bookkeeping."""
     deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=10, headers=headers) as client:
         for job, url in unfinished.items():
             while client.get(f"{url}/v1/jobs/{job}").json().get("state") not in FINAL_STATES:
                 if time.monotonic() > deadline:
@@ -227,13 +228,15 @@ class Phase:
 
 
 def run_phase(rate: float, seconds: float, seed: int, federation: Federation, config: Path,
-              gms: dict[str, str], completion_timeout: float) -> Phase:
+              gms: dict[str, str], completion_timeout: float,
+              tokens: dict[str, str]) -> Phase:
     jobs, left_out = synthesize(rate, seconds, seed, federation, config,
                                 prefix=f"bench-{uuid.uuid4().hex[:6]}-{rate:g}")
     queues = {queue.name: queue.gm for queue in federation.queues}
     messages: list[str] = []
     replayer = Replayer(jobs, {user: (gm, gms[gm]) for user, gm in queues.items()},
-                        completion_timeout=completion_timeout, log=messages.append)
+                        completion_timeout=completion_timeout, log=messages.append,
+                        tokens=tokens)
     refused_before = refused_so_far(gms)
     began = time.time()  # the replay's origin: job.arrival is seconds after it
     result = asyncio.run(replayer.run())
@@ -390,7 +393,7 @@ def measure(args: argparse.Namespace, bed: ComposeProject, federation: Federatio
     for index, rate in enumerate(args.rates):
         wait_ready(gms, sum(len(lm.nodes) for lm in federation.lms), READY_TIMEOUT)
         step = run_phase(rate, args.step_seconds, args.seed + index, federation, config, gms,
-                         completion_timeout)
+                         completion_timeout, bed.user_tokens)
         passed = (step.p(99) <= args.p99_limit
                   and step.completed_rate >= args.min_completed * step.offered_rate)
         say(step.line(f"step {rate:g}/s {'passed' if passed else 'FAILED'}"))
@@ -411,10 +414,10 @@ def measure(args: argparse.Namespace, bed: ComposeProject, federation: Federatio
     figures["testbed_p50_ms"] = f"{sustained.p(50) * 1000:.0f}"
     figures["testbed_p99_ms"] = f"{sustained.p(99) * 1000:.0f}"
 
-    wait_finished(step.unfinished, args.drain_timeout)
+    wait_finished(step.unfinished, args.drain_timeout, bed.headers())
     overload_rate = args.overload_factor * sustained.rate
     overload = run_phase(overload_rate, args.overload_seconds, args.seed + 1000, federation,
-                         config, gms, completion_timeout)
+                         config, gms, completion_timeout, bed.user_tokens)
     say(overload.line(f"overload {overload_rate:g}/s"))
     check_backlog(gms, overload)
     figures["testbed_overload_offered_tasks_per_s"] = f"{overload.offered_rate:.1f}"

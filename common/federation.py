@@ -28,6 +28,9 @@ Shape of the file (every key is optional unless marked required)::
     gm_backlog_tasks = 5000        # a GM answers 429 to new jobs while this many tasks wait
     lm_requests_in_flight = 1      # per GM and LM; placements meanwhile join the next batch
     lm_task_event_outbox = 20000   # an LM refuses new work while this many events wait
+    max_tasks_per_job = 10000      # a wider job is refused at submission (422)
+    submit_rate_per_token = 200.0  # jobs/s one token may submit to a GM (0: no bound); past
+    submit_burst = 400             # ... this burst, 429 with Retry-After
 
     [policies]
     job = "fifo"                   # or slearn, las, 3sigma, 3sigma-tl, point-est, oracle
@@ -449,6 +452,14 @@ class Limits(_Table):
     # Task events an LM holds while RabbitMQ cannot take them; at this many it refuses new
     # work (`lm_backlogged`) until half have left.
     lm_task_event_outbox: Annotated[int, Field(ge=2)] = 20_000
+    # Tasks one job may have; a wider one is refused at submission (422) with this cap named.
+    # The widest job of the bundled traces has 3,035; the body cap (MEGHA_MAX_BODY_BYTES)
+    # bounds a submission's size as well.
+    max_tasks_per_job: AtLeastOne = 10_000
+    # Jobs per second one token (a user queue's, or the cluster token) may submit to a GM, in
+    # bursts of up to `submit_burst`; past it 429 with Retry-After. 0: no bound.
+    submit_rate_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 200.0
+    submit_burst: AtLeastOne = 400
 
 
 class _QueueEntry(_Table):

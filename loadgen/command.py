@@ -3,7 +3,9 @@
 Where the GMs are: `--gm gm-1=http://...` options, else the `MEGHA_ENDPOINTS` variable the
 services read (in the compose testbed it names every service). Which GM serves which user
 queue, and how much cpu the cluster has, come from the federation file (`--config`, else
-`MEGHA_CONFIG`, else deploy/federation.toml).
+`MEGHA_CONFIG`, else deploy/federation.toml). Each job is sent with its user queue's token
+(loadgen/credentials.py says where they come from); a queue without one is an error before
+anything is sent.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import httpx
 
 from common.errors import InvalidInput
 from common.federation import Federation
+from loadgen.credentials import user_tokens
 from loadgen.jobfile import write_jobs
 from loadgen.progress import Progress, progress_for
 from loadgen.replay import Replayer
@@ -36,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("replay")
     run.add_argument("--gm", action="append", default=[], metavar="ID=URL",
                      help="a GM's address, repeatable (default: from $MEGHA_ENDPOINTS)")
+    run.add_argument("--tokens", type=Path, default=None, metavar="FILE",
+                     help="a KEY=VALUE file with MEGHA_USER_TOKENS=q1=TOKEN,... (default: "
+                          "$MEGHA_USER_TOKENS, else the repository's .env)")
     run.add_argument("--run-id", default=None,
                      help="prefix of the job ids; replaying with the same run id resubmits "
                           "the same jobs, which the GMs do not run twice (default: random)")
@@ -122,12 +128,19 @@ def _replay(args: argparse.Namespace, federation: Federation, config_path: Path,
         return 0
 
     gms = gm_addresses(args.gm, federation)
-    nodes = sum(len(lm.nodes) for lm in federation.lms)
-    wait_ready(gms, nodes, READY_TIMEOUT)
+    tokens = user_tokens(args.tokens)
+    untokened = sorted({job.user for job in jobs} - set(tokens)) if tokens is not None else []
+    if untokened:  # before anything is sent
+        raise InvalidInput("MEGHA_USER_TOKENS", f"no token for user queue(s) "
+                                                f"{', '.join(untokened)} of this workload (it "
+                                                f"has {', '.join(sorted(tokens or {})) or 'none'})")
     queues = {queue.name: queue.gm for queue in federation.queues}
     replayer = Replayer(jobs, {user: (gm, gms[gm]) for user, gm in queues.items()},
                         completion_timeout=args.timeout, progress=progress,
-                        log=lambda text: print(text, file=sys.stderr, flush=True))
+                        log=lambda text: print(text, file=sys.stderr, flush=True),
+                        tokens=tokens)
+    nodes = sum(len(lm.nodes) for lm in federation.lms)
+    wait_ready(gms, nodes, READY_TIMEOUT)
     result = asyncio.run(replayer.run())
     summary = summarize(result)
     print(render(summary), flush=True)

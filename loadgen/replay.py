@@ -16,9 +16,14 @@ request through (a probe) and widens again by one with each job accepted. A GM t
 refusing thus gets about one request per Retry-After, not one per waiting job. 429s are
 retried until the completion timeout; transport errors and 503 `SUBMIT_ATTEMPTS` times.
 
-Completion: each round the replayer reads every GM's feed of ended jobs
-(`GET /v1/jobs?ended_after=CURSOR`), one request per GM and round rather than one per job in
-flight. Jobs the feed cannot speak for are asked about one by one (`GET /v1/jobs/{id}`, at most
+Tokens: each request carries the bearer token of its job's user queue (`tokens`, services/
+auth.py); a GM answers a user token with that queue's jobs only, so the replayer follows one
+feed per (GM, queue). A token over its submission rate gets a 429 with `Retry-After` like a
+full backlog, and is treated the same way.
+
+Completion: each round the replayer reads every queue's feed of ended jobs at its GM
+(`GET /v1/jobs?ended_after=CURSOR`), one request per queue and round rather than one per job
+in flight. Jobs the feed cannot speak for are asked about one by one (`GET /v1/jobs/{id}`, at most
 `CHECKS_PER_ROUND` a round): those of a GM that restarted (its feed's epoch changed and the
 jobs that ended before are not in the new feed), those of a feed that skipped jobs it forgot,
 and in turn those of a GM whose feed has named none of this replay's jobs for `FEED_SILENCE`.
@@ -295,6 +300,7 @@ class Feed:
     epoch: int | None = None  # the GM process's; another one means it restarted
     cursor: int = 0  # the number of the last ended job read (0: none yet)
     last_news: float = 0.0  # when it last listed a job of this replay (monotonic clock)
+    queue: str | None = None  # the user queue whose token reads it (None: no token)
 
 
 class FeedNews(NamedTuple):
@@ -321,9 +327,11 @@ def take_page(feed: Feed, page: Mapping, unfinished: Mapping[str, JobOutcome],
             record_ended(outcome, item)
             listed += 1
     feed.cursor = cursor
-    # numbers with no job listed: forgotten by the GM. From 0 that is history older than this
-    # replay (the GM keeps its last 100,000); further on it may be ours.
-    skipped = after > 0 and cursor - after > len(jobs)
+    # numbers that name no job any more: forgotten by the GM (it says how many; gaps alone
+    # would count another queue's jobs, which a user token does not see). From 0 that is
+    # history older than this replay (the GM keeps its last 100,000); further on it may be ours.
+    forgotten = page.get("forgotten", cursor - after - len(jobs))
+    skipped = after > 0 and forgotten > 0
     return FeedNews(listed, False, skipped, cursor - after >= limit)
 
 
@@ -373,10 +381,19 @@ class Replayer:
     def __init__(self, jobs: Sequence[ReplayJob], gm_for_user: Mapping[str, tuple[str, str]], *,
                  completion_timeout: float = 600.0, poll_interval: float = 1.0,
                  request_timeout: float = 10.0, progress: Progress = quiet,
-                 log: Callable[[str], None] = print) -> None:
-        unknown = sorted({job.user for job in jobs} - set(gm_for_user))
+                 log: Callable[[str], None] = print,
+                 tokens: Mapping[str, str] | None = None) -> None:
+        """`tokens`: user queue -> its bearer token (None: send none, for MEGHA_AUTH=off)."""
+        users = {job.user for job in jobs}
+        unknown = sorted(users - set(gm_for_user))
         if unknown:
             raise ValueError(f"no GM serves user queue(s) {', '.join(unknown)}")
+        untokened = sorted(users - set(tokens)) if tokens is not None else []
+        if untokened:
+            raise ValueError(f"no token for user queue(s) {', '.join(untokened)} "
+                             f"(MEGHA_USER_TOKENS has {', '.join(sorted(tokens or {})) or 'none'})")
+        self.headers = {user: {"Authorization": f"Bearer {token}"}
+                        for user, token in (tokens or {}).items()}
         self.jobs = list(jobs)
         self.gm_for_user = dict(gm_for_user)  # user -> (gm id, base url)
         self.gm_urls = dict(self.gm_for_user.values())  # gm id -> base url
@@ -414,9 +431,11 @@ class Replayer:
     # -- completion ------------------------------------------------------------------------------
 
     async def _open_feeds(self, client: PeerClient) -> dict[str, Feed]:
-        """Each GM's feed, with its epoch before any job is sent: a GM that restarts during
-        the submissions is then noticed at the first read, like one that restarts later."""
-        feeds = {gm: Feed(gm, url) for gm, url in self.gm_urls.items()}
+        """Each queue's feed at its GM, with its epoch before any job is sent: a GM that
+        restarts during the submissions is then noticed at the first read, like one that
+        restarts later."""
+        feeds = {user: Feed(gm, url, queue=user) for user, (gm, url) in self.gm_for_user.items()
+                 if any(job.user == user for job in self.jobs)}
 
         async def learn_epoch(feed: Feed) -> None:
             page = await self._feed_page(client, feed, ended_after=0, limit=1)
@@ -428,22 +447,23 @@ class Replayer:
 
     async def _await_completion(self, client: PeerClient, outcomes: list[JobOutcome],
                                 feeds: dict[str, Feed], deadline: float) -> bool:
-        unfinished: dict[str, dict[str, JobOutcome]] = {gm: {} for gm in feeds}
+        # per user queue, as the feeds
+        unfinished: dict[str, dict[str, JobOutcome]] = {queue: {} for queue in feeds}
         for outcome in outcomes:
             if outcome.status == "accepted":
-                unfinished[outcome.gm][outcome.job.job_id] = outcome
-        rotations = {gm: deque(jobs.values()) for gm, jobs in unfinished.items()}
+                unfinished[outcome.job.user][outcome.job.job_id] = outcome
+        rotations = {queue: deque(jobs.values()) for queue, jobs in unfinished.items()}
         suspects: dict[str, JobOutcome] = {}  # to ask about one by one
         total = sum(len(jobs) for jobs in unfinished.values())
         for feed in feeds.values():
             feed.last_news = time.monotonic()
         limit = asyncio.Semaphore(POLL_CONCURRENCY)
         while True:
-            await asyncio.gather(*(self._follow_feed(client, feeds[gm], jobs, suspects)
-                                   for gm, jobs in unfinished.items() if jobs))
+            await asyncio.gather(*(self._follow_feed(client, feeds[queue], jobs, suspects)
+                                   for queue, jobs in unfinished.items() if jobs))
             now = time.monotonic()
-            silent = [rotations[gm] for gm, jobs in unfinished.items()
-                      if jobs and now - feeds[gm].last_news >= FEED_SILENCE]
+            silent = [rotations[queue] for queue, jobs in unfinished.items()
+                      if jobs and now - feeds[queue].last_news >= FEED_SILENCE]
             checks = pick_checks(suspects, silent)
             answered = await asyncio.gather(*(self._poll(client, o, limit) for o in checks))
             for outcome, ok in zip(checks, answered, strict=True):
@@ -485,7 +505,8 @@ class Replayer:
         self.feed_requests += 1
         try:
             response = await client.request(
-                "GET", f"{feed.url}/v1/jobs?ended_after={ended_after}&limit={limit}")
+                "GET", f"{feed.url}/v1/jobs?ended_after={ended_after}&limit={limit}",
+                headers=self.headers.get(feed.queue or ""))
         except PeerError:
             return None
         if response.status_code != 200:
@@ -504,7 +525,8 @@ class Replayer:
         async with limit:
             self.job_requests += 1
             try:
-                response = await client.request("GET", url)
+                response = await client.request("GET", url,
+                                                headers=self.headers.get(outcome.job.user))
             except PeerError:
                 return False  # a GM restarting: ask again next round
         if response.status_code != 200:
@@ -607,7 +629,8 @@ class _Submission:
             outcome.attempts += 1
             sent = time.monotonic()
             try:
-                response = await self.client.request("POST", url, body)
+                response = await self.client.request(
+                    "POST", url, body, headers=self.replayer.headers.get(job.user))
             except PeerError as error:
                 response = None
                 outcome.status, outcome.detail = "unreachable", str(error)
@@ -649,8 +672,9 @@ class _Submission:
     def _give_up(self, outcome: JobOutcome) -> None:
         self.gave_up += 1
         outcome.status = "unreachable"
-        outcome.detail = (f"not accepted: {outcome.gm} was still refusing new jobs (429, "
-                          f"backlog full) when the replay gave up")
+        outcome.detail = (f"not accepted: {outcome.gm} was still refusing new jobs (429: "
+                          f"backlog full, or the queue's token over its submission rate) when "
+                          f"the replay gave up")
 
 
 def _drop_finished(unfinished: dict[str, dict[str, JobOutcome]],

@@ -7,6 +7,8 @@
 #   scripts/rabbitmq.sh restart
 #   scripts/rabbitmq.sh status    exit 0 if it answers
 #   scripts/rabbitmq.sh url       print the AMQP URL services should use
+#   scripts/rabbitmq.sh vhost NAME        create a virtual host (if new), print its AMQP URL
+#   scripts/rabbitmq.sh delete-vhost NAME
 #
 # Environment: MEGHA_RABBITMQ_PORT (25672), MEGHA_RABBITMQ_USER (megha),
 # MEGHA_RABBITMQ_PASSWORD (megha-dev), MEGHA_RABBITMQ_HOME (/tmp/megha-rabbitmq).
@@ -68,5 +70,10 @@ case "${1:-}" in
   restart) stop; start ;;
   status) ctl status >/dev/null 2>&1 ;;
   url) echo "amqp://$user:$password@127.0.0.1:$port/%2F" ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  vhost)  # a virtual host of its own (a test's, apart from other runs); prints its URL
+    ctl add_vhost "$2" >/dev/null 2>&1 || true
+    ctl set_permissions -p "$2" "$user" ".*" ".*" ".*" >/dev/null
+    echo "amqp://$user:$password@127.0.0.1:$port/$2" ;;
+  delete-vhost) ctl delete_vhost "$2" >/dev/null 2>&1 || true ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

@@ -15,6 +15,11 @@ accepted and still in its broker queue). Past that, `POST /v1/jobs` answers 429 
 a job is either accepted (202, durable) or clearly not. The start and end of each episode of
 refusals are events (`backlog_full`, `backlog_open`), and metrics count them.
 
+Access (services/auth.py): a user queue's token submits and reads that queue's jobs only
+(403 otherwise), the cluster token everything; each token's submissions are bounded by
+`limits.submit_rate_per_token` (429 with Retry-After, as for the backlog), and a job by
+`limits.max_tasks_per_job` tasks (422).
+
 Run it with `python -m services.gm` (see `main` for the environment it reads).
 """
 
@@ -32,7 +37,7 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -75,6 +80,15 @@ from common.wire import (
     reprioritize_request_to_wire,
     task_event_from_wire,
 )
+from services.auth import (
+    USER_PATHS,
+    AuthConfig,
+    Caller,
+    auth_from_env,
+    forbidden,
+    seal,
+    secure_app,
+)
 from services.batching import BatchSender
 from services.broker import (
     HEARTBEAT_EXCHANGE,
@@ -90,10 +104,13 @@ from services.http import (
     add_shared_routes,
     build_and_serve,
     lifespan_of,
+    parse_body,
     read_service_env,
     required_env,
+    wire_body,
 )
 from services.peers import PeerClient, PeerError
+from services.ratelimit import SubmissionRates, retry_after
 from services.runtime import CoreRunner
 from services.store import GMStore
 
@@ -136,9 +153,10 @@ class GMService:
     """Everything one GM process holds: its core, store, broker link and HTTP client."""
 
     def __init__(self, federation: Federation, gm_id: str, endpoints: Endpoints,
-                 amqp_url: str, state_dir: Path, *, epoch: int | None = None,
+                 amqp_url: str, state_dir: Path, *, auth: AuthConfig, epoch: int | None = None,
                  log: EventLog | None = None) -> None:
         self.federation = federation
+        self.auth = auth
         self.gm_id = gm_id
         self.endpoints = endpoints
         self.log = log or EventLog(gm_id)
@@ -151,9 +169,13 @@ class GMService:
         self.users = sorted(q.name for q in federation.queues if q.gm == gm_id)
         self.topologies = TopologyCache()
         self.broker = Broker(amqp_url, gm_id, events=self.log.emit)
-        self.client = PeerClient(timeout=LM_REQUEST_TIMEOUT)
+        self.client = PeerClient(timeout=LM_REQUEST_TIMEOUT, headers=auth.outgoing_headers())
         # published, not yet taken out of the broker queue: job id -> its number of tasks
         self._accepted: dict[str, int] = {}
+        self._accepted_users: dict[str, str] = {}  # ... and its queue, for reads by user token
+        self.rates = SubmissionRates(federation.limits.submit_rate_per_token,
+                                     federation.limits.submit_burst)
+        self.max_tasks_per_job = federation.limits.max_tasks_per_job
         self._accepted_tasks = 0
         self._publishing: dict[str, asyncio.Future] = {}  # job id -> its publish's outcome
         self.backlog_limit = federation.limits.gm_backlog_tasks
@@ -163,6 +185,10 @@ class GMService:
         self.refused_total = Counter("megha_gm_jobs_refused_total",
                                      "Jobs answered 429: the GM's backlog was full",
                                      registry=self.runner.registry)
+        self.rate_limited_total = Counter(
+            "megha_gm_jobs_rate_limited_total",
+            "Jobs answered 429: their token was over limits.submit_rate_per_token",
+            ["queue"], registry=self.runner.registry)
         self.runner.on(SendLaunch, lambda c: self.runner.spawn(self._send_launch(c)))
         self.runner.on(SendPreempt, lambda c: self.runner.spawn(self._send_preempt(c)))
         # Cancels (a duplicate attempt that lost the race) are best effort: one LM at a time,
@@ -229,6 +255,10 @@ class GMService:
         """Validate, publish durably, and return the job id; raises HTTPException."""
         job_id = sub.job_id or uuid.uuid4().hex[:16]
         arrival = time.time()
+        if len(sub.tasks) > self.max_tasks_per_job:
+            raise invalid(InvalidInput("tasks", f"{len(sub.tasks)} tasks: a job may have at most "
+                                                f"{self.max_tasks_per_job} "
+                                                f"(limits.max_tasks_per_job)"))
         try:
             job = job_from_wire(sub, job_id, arrival)
             self.core.check_job(job)
@@ -245,6 +275,7 @@ class GMService:
         # publish returns, and it takes the job off the count (counting after would leave
         # every such job counted for ever, and the GM refusing everything once it added up).
         self._accepted[job_id] = len(sub.tasks)
+        self._accepted_users[job_id] = sub.user
         self._accepted_tasks += len(sub.tasks)
         done = self._publishing[job_id] = asyncio.get_running_loop().create_future()
         # the submission as its wire model writes it, framed without parsing it again
@@ -256,6 +287,7 @@ class GMService:
         except BrokerUnavailable as error:
             # not confirmed: maybe not stored; the client is told so and may send it again
             self._accepted_tasks -= self._accepted.pop(job_id, 0)
+            self._accepted_users.pop(job_id, None)
             refused = HTTPException(503, detail=f"job not accepted: {error}")
             done.set_exception(refused)
             raise refused from None
@@ -322,6 +354,7 @@ class GMService:
         job_id, arrival = message["job_id"], message["arrival"]
         sub = JobSubmission.model_validate(message["job"])
         self._accepted_tasks -= self._accepted.pop(job_id, 0)
+        self._accepted_users.pop(job_id, None)
         if not self.store.add_job(job_id, sub.user, sub.model_dump_json(), arrival):
             return  # redelivered after a crash between commit and acknowledgement
         try:
@@ -436,6 +469,13 @@ class GMService:
 
     # -- questions -------------------------------------------------------------------------------
 
+    def owner_of(self, job_id: str) -> str | None:
+        """The user queue of a job this GM holds or held (None: unknown here)."""
+        job = self.core.jobs.get(job_id)
+        if job is not None:
+            return job.spec.user
+        return self._accepted_users.get(job_id) or self.store.user_of(job_id)
+
     def job_view(self, job_id: str) -> dict:
         status = self.core.job_status(job_id)
         if status is None:
@@ -453,20 +493,28 @@ class GMService:
         status["why_pending"] = why
         return status
 
-    def ended_jobs(self, after: int, limit: int) -> dict:
+    def ended_jobs(self, after: int, limit: int, queue: str | None = None) -> dict:
         """The feed of ended jobs after the `after`-th: a client follows completions with one
         request a second instead of asking about every job it submitted."""
         ids, cursor = self.core.ended_since(after, min(limit, ENDED_FEED_MAX))
+        # numbers between `after` and `cursor` that name no job any more: the GM forgot them.
+        # Another queue's jobs, left out for a user token, are not forgotten: a client
+        # cannot tell the two apart from the gaps, so the answer counts them.
+        forgotten = max(cursor - after - len(ids), 0)
         jobs = []
         for job_id in ids:
             job = self.core.jobs.get(job_id)
             if job is None:
+                forgotten += 1
+                continue
+            if queue is not None and job.spec.user != queue:
                 continue
             jobs.append({"job": job_id, "user": job.spec.user, "state": str(job.state),
                          "reason": job.reason, "arrival": job.spec.arrival,
                          "finished_at": job.finished_at,
                          "task_starts": [task.started_at for task in job.tasks]})
-        return {"gm": self.gm_id, "epoch": self.epoch, "cursor": cursor, "jobs": jobs}
+        return {"gm": self.gm_id, "epoch": self.epoch, "cursor": cursor, "forgotten": forgotten,
+                "jobs": jobs}
 
     def queues_view(self) -> list[dict]:
         usage = self.core.placer.usage()
@@ -516,12 +564,31 @@ class _CoreCounters:
 
 
 def create_app(service: GMService) -> FastAPI:
-    app = FastAPI(title=f"megha GM {service.gm_id}", lifespan=lifespan_of(service))
+    app = secure_app(f"megha GM {service.gm_id}", lifespan_of(service), service.auth,
+                     user_paths=USER_PATHS)
 
-    @app.post("/v1/jobs", status_code=202, responses={
-        429: {"description": "The GM's backlog is full; nothing was accepted. Retry after "
-                             "the `Retry-After` header's seconds."}})
-    async def post_job(sub: JobSubmission) -> dict:
+    @app.post("/v1/jobs", status_code=202, openapi_extra=wire_body(JobSubmission), responses={
+        403: {"description": "A user token for another queue than the job's."},
+        422: {"description": "A malformed job, one no node could run, or too many tasks."},
+        429: {"description": "The GM's backlog is full, or this token submits faster than "
+                             "`limits.submit_rate_per_token`; nothing was accepted. Retry "
+                             "after the `Retry-After` header's seconds."}})
+    async def post_job(request: Request, principal: Caller) -> dict:
+        """A `JobSubmission` (common/wire.py) as JSON; 202 once it is durable."""
+        # before the body is parsed: a client over its rate costs the GM no more than this
+        wait = service.rates.wait(principal.name, time.monotonic())
+        if wait > 0:
+            service.rate_limited_total.labels(principal.name).inc()
+            limits = service.federation.limits
+            seconds = retry_after(wait)
+            raise HTTPException(429, headers={"Retry-After": str(seconds)}, detail=(
+                f"the token of {principal.name!r} submits more than "
+                f"{limits.submit_rate_per_token:g} jobs/s (bursts of {limits.submit_burst}; "
+                f"limits.submit_rate_per_token): retry after {seconds} s"))
+        sub = await parse_body(request, JobSubmission)
+        if not principal.may_use(sub.user):
+            raise forbidden(f"the token of queue {principal.queue!r} may not submit jobs of "
+                            f"queue {sub.user!r}")
         try:
             return {"job_id": await service.submit(sub), "gm": service.gm_id}
         except Backpressure as full:
@@ -529,19 +596,25 @@ def create_app(service: GMService) -> FastAPI:
                                 headers={"Retry-After": str(full.retry_after)}) from None
 
     @app.get("/v1/jobs")
-    async def get_ended_jobs(ended_after: int = Query(0, ge=0),
+    async def get_ended_jobs(principal: Caller, ended_after: int = Query(0, ge=0),
                              limit: int = Query(500, ge=1, le=ENDED_FEED_MAX)) -> dict:
         """Jobs that ended after the `ended_after`-th to end (0: from the first), in the order
         they ended, with `cursor` for the next call; `epoch` changes when the GM restarts
-        (then the numbering starts again)."""
-        return service.ended_jobs(ended_after, limit)
+        (then the numbering starts again). A user token sees its own queue's jobs only (the
+        cursor still counts every job)."""
+        return service.ended_jobs(ended_after, limit, principal.queue)
 
-    @app.get("/v1/jobs/{job_id}")
-    async def get_job(job_id: str) -> dict:
+    @app.get("/v1/jobs/{job_id}", responses={404: {"description": "No such job here."}})
+    async def get_job(job_id: str, principal: Caller) -> dict:
+        owner = service.owner_of(job_id)
+        if owner is not None and not principal.may_use(owner):
+            raise forbidden(f"job {job_id!r} is of queue {owner!r}; the token of queue "
+                            f"{principal.queue!r} reads only its own queue's jobs")
         return service.job_view(job_id)
 
     @app.get("/v1/queues")
     async def get_queues() -> list[dict]:
+        """Every queue's share and usage, to any token: aggregates, no job ids."""
         return service.queues_view()
 
     @app.get("/healthz")
@@ -554,16 +627,25 @@ def create_app(service: GMService) -> FastAPI:
         return JSONResponse(body, status_code=200 if ok else 503)
 
     add_shared_routes(app, service.core, service.runner.registry)
-    return app
+    return seal(app)
 
 
 def main() -> None:
     """`python -m services.gm`: MEGHA_CONFIG (federation TOML), MEGHA_ID (this GM),
-    MEGHA_ENDPOINTS (id=url,...), MEGHA_AMQP_URL, MEGHA_STATE_DIR (default ./state)."""
+    MEGHA_ENDPOINTS (id=url,...), MEGHA_AMQP_URL, MEGHA_STATE_DIR (default ./state),
+    MEGHA_CLUSTER_TOKEN and MEGHA_USER_TOKENS (services/auth.py), MEGHA_MAX_BODY_BYTES."""
     env = read_service_env()
-    build_and_serve(env, lambda: create_app(GMService(
-        env.federation, env.service_id, env.endpoints, required_env("MEGHA_AMQP_URL"),
-        Path(os.environ.get("MEGHA_STATE_DIR", "state")), log=env.log)))
+
+    def build() -> FastAPI:
+        federation = env.federation
+        auth = auth_from_env(env.log, queues=[q.name for q in federation.queues],
+                             own_queues=[q.name for q in federation.queues
+                                         if q.gm == env.service_id])
+        return create_app(GMService(
+            federation, env.service_id, env.endpoints, required_env("MEGHA_AMQP_URL"),
+            Path(os.environ.get("MEGHA_STATE_DIR", "state")), auth=auth, log=env.log))
+
+    build_and_serve(env, build)
 
 
 if __name__ == "__main__":

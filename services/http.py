@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from common.errors import InvalidInput
 from common.federation import Federation, load_federation
+from services.auth import OPEN_PATHS
 from services.endpoints import Endpoints
 from services.eventlog import BackgroundWriter, EventLog
 
@@ -67,11 +68,79 @@ async def parse_body(request: Request, model: type[M]) -> M:
         return model.model_validate_json(raw)
     except ValidationError as error:
         # `error.json()` renders contexts that hold exceptions as text; `errors()` would
-        # hand FastAPI objects it cannot encode.
-        details = json.loads(error.json(include_url=False))
+        # hand FastAPI objects it cannot encode. A body that is not UTF-8 cannot be echoed
+        # back as the error's input (found by benchmarks/fuzz_api.py: it was a 500).
+        try:
+            details = json.loads(error.json(include_url=False))
+        except ValueError:
+            details = json.loads(error.json(include_url=False, include_input=False))
         for detail in details:
             detail["loc"] = ["body", *detail["loc"]]
         raise RequestValidationError(details) from None
+
+
+# FastAPI's own 422 body (`HTTPValidationError`), written out: routes that parse their body
+# with `parse_body` answer it too, and FastAPI documents it only for bodies it binds itself.
+VALIDATION_ERROR_SCHEMA = {
+    "type": "object", "required": ["detail"],
+    "properties": {"detail": {"type": "array", "items": {
+        "type": "object", "required": ["loc", "msg", "type"],
+        "properties": {"loc": {"type": "array",
+                               "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]}},
+                       "msg": {"type": "string"}, "type": {"type": "string"}}}}}}
+DETAIL_SCHEMA = {"type": "object", "required": ["detail"]}
+
+
+def _inline_refs(node: object, defs: dict) -> object:
+    """A pydantic JSON schema with its `#/$defs/...` references replaced by the definitions
+    (the wire models are not recursive), so it can stand in an OpenAPI operation."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline_refs(defs[ref.removeprefix("#/$defs/")], defs)
+        return {key: _inline_refs(value, defs) for key, value in node.items() if key != "$defs"}
+    if isinstance(node, list):
+        return [_inline_refs(value, defs) for value in node]
+    return node
+
+
+def wire_body(model: type[BaseModel]) -> dict:
+    """`openapi_extra` for a route that reads `model` with `parse_body`: the body's schema and
+    its 422 in the OpenAPI document, which FastAPI cannot see (clients and the API fuzzer,
+    benchmarks/fuzz_api.py, read them there)."""
+    schema = model.model_json_schema()
+    return {"requestBody": {"required": True, "content": {JSON: {
+                "schema": _inline_refs(schema, schema.get("$defs", {}))}}},
+            "responses": {"422": {"description": f"The body is not a valid {model.__name__}.",
+                                  "content": {JSON: {"schema": VALIDATION_ERROR_SCHEMA}}}}}
+
+
+def document_refusals(app, open_paths: frozenset[str] = OPEN_PATHS) -> None:
+    """Put in `app`'s OpenAPI document the answers any route may give before its handler runs:
+    401 and 403 from the token check (services/auth.py; not on `open_paths`) and 413 from the
+    body cap (services/bodylimit.py), so that every status a service answers is documented."""
+    build = app.openapi
+    refusals = {
+        "401": "No token, a malformed `Authorization` header, or an unknown token.",
+        "403": "A user token on a route or queue it may not use.",
+        "413": "The request body is over the service's limit (MEGHA_MAX_BODY_BYTES).",
+    }
+
+    def openapi() -> dict:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        for path, operations in schema.get("paths", {}).items():
+            for operation in operations.values():
+                responses = operation.setdefault("responses", {})
+                for status, description in refusals.items():
+                    if status != "413" and path in open_paths:
+                        continue
+                    responses.setdefault(status, {"description": description, "content": {
+                        JSON: {"schema": DETAIL_SCHEMA}}})
+        return schema
+
+    app.openapi = openapi
 
 
 def body_error(field: str, message: str, value: object = None) -> RequestValidationError:
@@ -162,9 +231,13 @@ def lifespan_of(service) -> Callable:
 
 
 def add_shared_routes(app, core, registry) -> None:
-    """What every service answers: the story of an id and its Prometheus metrics."""
+    """What every service answers: the story of an id and its Prometheus metrics; and the
+    refusals of any route, in its OpenAPI document (`document_refusals`)."""
+    document_refusals(app)
 
-    @app.get("/v1/debug/story/{key:path}")
+    # Starlette's path convertor does not match a line break: a key holding one finds no route
+    @app.get("/v1/debug/story/{key:path}", responses={404: {
+        "description": "No route matched: the key holds a line break."}})
     async def story(key: str) -> list[dict]:
         return core.story(key)
 

@@ -11,15 +11,20 @@ heartbeats and a clock into its events, and carries out its commands:
   `POST /v1/tasks/batch` to that worker in flight and puts whatever queued meanwhile in the
   next one; a batch is retried a few times, then its starts are reported to the core
   as failed dispatches (their attempts end lost and their GMs place them again);
-- `PublishTaskEvent`: an in-memory outbox drained by one publisher, one message per GM per
+- `PublishTaskEvent`: an outbox drained by one publisher, one message per GM per
   batch, each retried until RabbitMQ confirms it, so events survive a broker outage and keep
-  their order. Bounded: at `limits.lm_task_event_outbox` events the core is told
+  their order. Every event is first written to a log on disk (services/outbox_wal.py, in
+  `MEGHA_STATE_DIR/<lm>`) and marked published once RabbitMQ confirms it, so they survive the
+  LM's death too: a restarted LM publishes what its predecessor had not, before anything new.
+  A worker's reports are answered once their events are fsynced. Bounded: at
+  `limits.lm_task_event_outbox` events the core is told
   (`TaskEventBacklog`) and refuses new work until half have left;
 - `PublishHeartbeat`: published if RabbitMQ is there, dropped if not (the next one replaces it).
 
 A process always starts recovering: until its workers have told it what they run (or the
 worker timeout passes) it refuses launches, so a restarted LM cannot over-commit a node whose
-tasks it has not yet learnt. Its epoch is the wall clock in milliseconds, so its snapshots
+tasks it has not yet learnt. Its epoch is the wall clock in milliseconds (and above the
+last one recorded in its state folder, should the clock have stepped back), so its snapshots
 supersede those of the previous incarnation.
 
 HTTP API (bodies are common/wire.py models; invalid ones are 422 with pydantic's detail):
@@ -34,6 +39,9 @@ HTTP API (bodies are common/wire.py models; invalid ones are 422 with pydantic's
     POST /v1/worker/heartbeat WorkerHeartbeatWire               -> 202
     GET  /v1/state            {lm, epoch, recovering, snapshot: LMSnapshotWire, ...}
     GET  /v1/debug/story/{key}, /healthz, /metrics
+
+Every route but /healthz and /metrics needs the cluster token (services/auth.py), and the LM
+sends it to its workers.
 """
 
 from __future__ import annotations
@@ -41,9 +49,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -87,6 +97,7 @@ from common.wire import (
     worker_heartbeat_from_wire,
     worker_report_to_event,
 )
+from services.auth import AuthConfig, auth_from_env, seal, secure_app
 from services.batching import BatchSender
 from services.broker import HEARTBEAT_EXCHANGE, TASK_EVENTS_EXCHANGE, Broker, BrokerUnavailable
 from services.endpoints import Endpoints
@@ -101,8 +112,10 @@ from services.http import (
     parse_body,
     read_service_env,
     required_env,
+    wire_body,
     wire_response,
 )
+from services.outbox_wal import RecordId, TaskEventLog, next_epoch
 from services.peers import PeerClient, PeerUnreachable, request_with_retry
 from services.runtime import CoreRunner
 
@@ -129,6 +142,7 @@ _WORKER_CALLS = {CheckpointOnWorker: "checkpoint", RestoreOnWorker: "restore",
 class _OutgoingEvent:
     gm: str
     event: TaskEventWire
+    record: RecordId | None = None  # its record in the task-event log, if the LM keeps one
 
 
 class LMService:
@@ -136,15 +150,19 @@ class LMService:
 
     def __init__(self, federation: Federation, lm_id: str, endpoints: Endpoints,
                  amqp_url: str, *, epoch: int | None = None, recovering: bool = True,
-                 log: EventLog | None = None) -> None:
+                 log: EventLog | None = None, state_dir: Path | None = None,
+                 peer_headers: dict[str, str] | None = None) -> None:
         topology = federation.topology(lm_id)
         timing = federation.timing
         now = time.time()
         self.lm_id = lm_id
         self.timing = timing
         self.log = log or EventLog(lm_id)
+        if epoch is None:
+            epoch = int(now * 1000) if state_dir is None else next_epoch(state_dir,
+                                                                          int(now * 1000))
         self.core = LocalMaster(
-            topology, now=now, epoch=epoch or int(now * 1000),
+            topology, now=now, epoch=epoch,
             heartbeat_interval=timing.heartbeat_interval, worker_timeout=timing.worker_timeout,
             heartbeat_keepalive=timing.heartbeat_keepalive,
             recovering=recovering, **federation.lm_options())
@@ -156,10 +174,18 @@ class LMService:
         self.broker = Broker(amqp_url, lm_id, events=self.log.emit)
         self.task_events: asyncio.Queue[_OutgoingEvent] = asyncio.Queue()
         self.outbox_limit = federation.limits.lm_task_event_outbox
+        # without a state folder (tests of the shell alone) the outbox lives in memory only
+        self.event_log = None if state_dir is None else TaskEventLog(state_dir, epoch)
+        self.replayed = 0
+        if self.event_log is not None:  # what an earlier incarnation left goes out first
+            for pending in self.event_log.recover():
+                self.task_events.put_nowait(_OutgoingEvent(
+                    pending.gm, TaskEventWire.model_validate(pending.event), pending.id))
+            self.replayed = self.task_events.qsize()
         self._publishing: int | None = None  # events taken from the queue, not confirmed yet
         self.broker_link = PeerLink(self.log, "task_events_delayed", "task_events_flowing",
                                     {"lm": lm_id})
-        self.client = PeerClient()
+        self.client = PeerClient(headers=peer_headers)  # the cluster token, to workers
         self.worker_outboxes = {
             worker: BatchSender(worker, lambda batch, w=worker: self._send_to_worker(w, batch),
                                 max_batch=WORKER_BATCH, limit=WORKER_OUTBOX_LIMIT,
@@ -210,6 +236,12 @@ class LMService:
         self.log.emit("lm_started", {
             "lm": self.lm_id, "epoch": self.core.epoch, "recovering": self.core.recovering,
             "workers": sorted(self.worker_urls)} | self.capacity)
+        if self.event_log is not None:
+            self.log.emit("task_events_recovered", {
+                "lm": self.lm_id, "count": self.replayed, "path": str(self.event_log.path),
+                "torn_tail": self.event_log.dropped_tail})
+            if self.replayed:
+                self._check_backlog()
         # not waiting for RabbitMQ: GMs and workers are served while it is away
         await self.broker.start(wait=False)
         self._spawn(self._drain_task_events(), "task-events")
@@ -225,10 +257,13 @@ class LMService:
                 await asyncio.wait_for(self.task_events.join(), SHUTDOWN_FLUSH_SECONDS)
         if self.outbox_size():
             self.log.emit("task_events_abandoned", {"lm": self.lm_id,
-                                                    "count": self.outbox_size()})
+                                                    "count": self.outbox_size(),
+                                                    "kept_on_disk": self.event_log is not None})
         await self.runner.stop()
         await self.broker.close()
         await self.client.close()
+        if self.event_log is not None:  # what is left is published by the next incarnation
+            self.event_log.close()
 
     def _spawn(self, coroutine: Awaitable, name: str) -> asyncio.Task:
         return log_crashes(self.runner.spawn(coroutine, name), self.log)
@@ -375,8 +410,10 @@ class LMService:
     # -- to RabbitMQ -----------------------------------------------------------------------------
 
     def _queue_task_event(self, command: PublishTaskEvent) -> None:
-        self.task_events.put_nowait(_OutgoingEvent(command.gm,
-                                                   task_event_to_wire(command.event)))
+        wire = task_event_to_wire(command.event)
+        record = (None if self.event_log is None else
+                  self.event_log.append(command.gm, wire.model_dump(mode="json")))
+        self.task_events.put_nowait(_OutgoingEvent(command.gm, wire, record))
         if not self.core.backlogged and self.outbox_size() >= self.outbox_limit:
             # after the core's current event, not inside it
             asyncio.get_running_loop().call_soon(self._check_backlog)
@@ -427,6 +464,8 @@ class LMService:
                     if isinstance(result, BaseException):
                         continue
                     del by_gm[gm]
+                    if self.event_log is not None:
+                        self.event_log.published([i.record for i in items])
                     for item in items:
                         self.task_events_published.labels(item.event.kind).inc()
                         self.task_events.task_done()
@@ -442,6 +481,12 @@ class LMService:
 
     def outbox_size(self) -> int:
         return self.task_events.qsize() + (self._publishing or 0)
+
+    async def task_events_durable(self) -> None:
+        """Every task event made so far is on disk (one fsync for every caller meanwhile):
+        awaited before a worker's reports are answered, since the worker forgets them then."""
+        if self.event_log is not None:
+            await self.event_log.sync()
 
     def _publish_heartbeat(self, command: PublishHeartbeat) -> None:
         if not self.broker.connected:
@@ -467,17 +512,21 @@ class LMService:
                 "broker_connected": self.broker.connected,
                 "task_event_outbox": self.outbox_size(), "task_event_outbox_limit":
                 self.outbox_limit, "backlogged": self.core.backlogged,
+                "task_event_log": None if self.event_log is None else {
+                    "pending": self.event_log.pending(), "records": self.event_log.size()},
                 "worker_outbox": {w: len(o) for w, o in self.worker_outboxes.items()},
                 "snapshot": snapshot}
 
 
 def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_url: str, *,
                epoch: int | None = None, recovering: bool = True,
-               log: EventLog | None = None) -> FastAPI:
+               log: EventLog | None = None, state_dir: Path | None = None,
+               auth: AuthConfig) -> FastAPI:
     service = LMService(federation, lm_id, endpoints, amqp_url, epoch=epoch,
-                        recovering=recovering, log=log)
+                        recovering=recovering, log=log, state_dir=state_dir,
+                        peer_headers=auth.outgoing_headers())
 
-    app = FastAPI(title=f"megha LM {lm_id}", lifespan=lifespan_of(service))
+    app = secure_app(f"megha LM {lm_id}", lifespan_of(service), auth)
     app.state.service = service
 
     def launch_route(kind: str) -> Callable[[Request], Awaitable[Response]]:
@@ -502,10 +551,12 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
 
     async def worker_report(request: Request) -> Response:
         service.worker_report(await parse_body(request, WorkerReport))
+        await service.task_events_durable()
         return Response(status_code=202)
 
     async def worker_reports(request: Request) -> Response:
         service.worker_reports(await parse_body(request, WorkerReportBatch))
+        await service.task_events_durable()
         return Response(status_code=202)
 
     async def worker_heartbeat(request: Request) -> Response:
@@ -522,8 +573,21 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
         "/v1/worker/reports": worker_reports,
         "/v1/worker/heartbeat": worker_heartbeat,
     }
+    # each route's body and its answer (status; JSON or no body), for the OpenAPI document
+    documented = {
+        "/v1/launch": (LaunchRequest, 200, JSONResponse),
+        "/v1/repartition": (LaunchRequest, 200, JSONResponse),
+        "/v1/preempt": (PreemptRequest, 200, JSONResponse),
+        "/v1/cancel": (CancelRequest, 202, JSONResponse),
+        "/v1/reprioritize": (ReprioritizeRequest, 202, JSONResponse),
+        "/v1/worker/report": (WorkerReport, 202, Response),
+        "/v1/worker/reports": (WorkerReportBatch, 202, Response),
+        "/v1/worker/heartbeat": (WorkerHeartbeatWire, 202, Response),
+    }
     for path, route in posts.items():
-        app.add_api_route(path, route, methods=["POST"])
+        model, status, answer = documented[path]
+        app.add_api_route(path, route, methods=["POST"], status_code=status,
+                          response_class=answer, openapi_extra=wire_body(model))
 
     @app.get("/v1/state")
     async def get_state() -> dict:
@@ -538,14 +602,20 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
 
 
     add_shared_routes(app, service.core, service.runner.registry)
-    return app
+    return seal(app)
 
 
 def main() -> None:
-    """`python -m services.lm`: MEGHA_CONFIG, MEGHA_ID, MEGHA_ENDPOINTS, MEGHA_AMQP_URL."""
+    """`python -m services.lm`: MEGHA_CONFIG, MEGHA_ID, MEGHA_ENDPOINTS, MEGHA_AMQP_URL,
+    MEGHA_STATE_DIR (default ./state; this LM keeps its task-event log in a folder of its
+    own there, which must outlive the process: a volume in a container)."""
     env = read_service_env()
+    state_dir = (Path(os.environ.get("MEGHA_STATE_DIR", "state"))
+                 / env.service_id.replace("/", "_"))
     build_and_serve(env, lambda: create_app(env.federation, env.service_id, env.endpoints,
-                                            required_env("MEGHA_AMQP_URL"), log=env.log))
+                                            required_env("MEGHA_AMQP_URL"), log=env.log,
+                                            state_dir=state_dir,
+                                            auth=auth_from_env(env.log)))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ their `main()` reads, waits until each answers `/healthz`, prints the endpoints,
 in the foreground until interrupted; then it stops every process it started. Each process's
 JSON event log goes to `DIR/<id>.log` (ids with a slash become `lm-1_w0.log`).
 
+Tokens (services/auth.py): MEGHA_CLUSTER_TOKEN and MEGHA_USER_TOKENS from the environment if
+both are set, else fresh random ones; either way they are written to `DIR/tokens.env`
+(readable by the owner only) for `megha replay --tokens` and curl. `headers(queue)` gives a
+test's HTTP client the cluster token's header (or a queue's).
+
 `LocalFederation` is the same thing as a context manager, for tests.
 """
 
@@ -25,6 +30,7 @@ from pathlib import Path
 import httpx
 
 from common.federation import Federation, load_federation
+from services import auth
 from services.endpoints import ENV as ENDPOINTS_ENV
 from services.endpoints import Endpoints
 
@@ -72,6 +78,27 @@ class LocalFederation:
                                     for k, service in enumerate(self.roles)})
         self.processes: dict[str, subprocess.Popen] = {}
         self._started_broker = False
+        given = {name: os.environ.get(name, "") for name in (auth.CLUSTER_TOKEN_ENV,
+                                                             auth.USER_TOKENS_ENV)}
+        self.token_env = (given if all(given.values()) else
+                          auth.generate_env([queue.name for queue in self.federation.queues]))
+        self.cluster_token = self.token_env[auth.CLUSTER_TOKEN_ENV]
+        self.user_tokens = auth.parse_user_tokens(self.token_env[auth.USER_TOKENS_ENV])
+        self.tokens_file = self.logs / "tokens.env"  # written at start
+
+    def headers(self, queue: str | None = None) -> dict[str, str]:
+        """The `Authorization` header of the cluster token, or of `queue`'s user token."""
+        token = self.cluster_token if queue is None else self.user_tokens[queue]
+        return {"Authorization": f"Bearer {token}"}
+
+    def write_tokens(self) -> Path:
+        """`DIR/tokens.env`: the tokens as KEY=VALUE lines, for `megha replay --tokens`."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        path = self.tokens_file
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        path.write_text("".join(f"{key}={value}\n" for key, value in self.token_env.items()))
+        return path
 
     # -- processes --------------------------------------------------------------------------------
 
@@ -83,6 +110,7 @@ class LocalFederation:
             "MEGHA_STATE_DIR": str(self.state_dir or self.logs / "state"),
             "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT),
         })
+        env.update(self.token_env)
         env.update(self.extra_env)
         return env
 
@@ -130,6 +158,7 @@ class LocalFederation:
             self._started_broker = not rabbitmq_running()
             rabbitmq("start")
             self.amqp_url = rabbitmq("url")
+        self.write_tokens()
         # workers first, then LMs (they recover from their workers), then GMs
         order = sorted(self.roles, key=lambda s: ("worker", "lm", "gm").index(self.roles[s]))
         for service in order:
@@ -187,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     with federation:
         for service, url in federation.endpoints.table.items():
             print(f"{service:12s} {url}", flush=True)
-        print(f"logs in {args.logs}/; Ctrl-C stops everything", flush=True)
+        print(f"logs in {args.logs}/, tokens in {args.logs}/tokens.env; Ctrl-C stops "
+              f"everything", flush=True)
         while not stop:
             for service, process in federation.processes.items():
                 if process.poll() is not None:

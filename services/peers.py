@@ -11,7 +11,9 @@ tasks/s. httpx stays where requests are few: the tests, the command line.
 `PeerClient` keeps one connection pool per service; a `request` either returns the peer's
 answer (any status) or raises `PeerError`, which says whether the peer was slow (a timeout:
 it may still act on the request) or could not be reached at all (refused, reset).
-`request_with_retry` is the loop every caller shares.
+`request_with_retry` is the loop every caller shares. A service gives its client the cluster
+token's `Authorization` header (services/auth.py) once, as the session's default header, so no
+call can go out without it; the load generator adds a user queue's per request.
 """
 
 from __future__ import annotations
@@ -61,12 +63,13 @@ class PeerClient:
     """One service's HTTP client to its peers; `start()` inside the event loop first."""
 
     def __init__(self, timeout: float = 5.0, connect_timeout: float = 2.0,
-                 max_connections: int = 100) -> None:
+                 max_connections: int = 100, headers: Mapping[str, str] | None = None) -> None:
         # A short connect timeout: a peer that is down refuses or stays silent, and either
         # way the caller's retry loop decides what to do next.
         self._timeout = aiohttp.ClientTimeout(total=timeout, connect=min(timeout,
                                                                          connect_timeout))
         self._max_connections = max_connections
+        self._headers = dict(headers or {})  # sent with every request
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -76,6 +79,7 @@ class PeerClient:
             connector = aiohttp.TCPConnector(limit=self._max_connections, use_dns_cache=True,
                                              keepalive_timeout=KEEPALIVE_S)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
+                                                  headers=self._headers,
                                                   skip_auto_headers=("User-Agent",))
 
     async def close(self) -> None:
@@ -84,16 +88,20 @@ class PeerClient:
             self._session = None
 
     async def request(self, method: str, url: str, body: str | bytes | None = None, *,
-                      timeout: float | None = None) -> PeerResponse:
+                      timeout: float | None = None,
+                      headers: Mapping[str, str] | None = None) -> PeerResponse:
+        """One request; `headers` are added to the client's own for this request only."""
         if self._session is None:
             await self.start()
         assert self._session is not None
         data = body.encode() if isinstance(body, str) else body
         options = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
+        sent_headers = JSON_HEADERS if data is not None else None
+        if headers:
+            sent_headers = {**(sent_headers or {}), **headers}
         try:
-            async with self._session.request(
-                    method, url, data=data, headers=JSON_HEADERS if data is not None else None,
-                    **options) as response:
+            async with self._session.request(method, url, data=data, headers=sent_headers,
+                                             **options) as response:
                 return PeerResponse(response.status, await response.read(), response.headers)
         except TimeoutError as error:
             raise PeerError(f"{method} {url}: no answer in time ({error!r})",

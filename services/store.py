@@ -60,6 +60,10 @@ class GMStore:
         row = self._db.execute("SELECT state FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return None if row is None else row[0]
 
+    def user_of(self, job_id: str) -> str | None:
+        row = self._db.execute("SELECT user FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return None if row is None else row[0]
+
     def task_done(self, job_id: str, task_id: str, runtime: float) -> None:
         self.tasks_done([(job_id, task_id, runtime)])
 

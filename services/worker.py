@@ -32,6 +32,9 @@ HTTP API (called by the LM; bodies are common/wire.py models):
     GET    /v1/state                  running and queued placements, free resources per node
     GET    /v1/debug/story/{key}      the core's recorded transitions of an attempt
     GET    /healthz, /metrics
+
+Every route but /healthz and /metrics needs the cluster token (services/auth.py), and the
+worker sends it to its LM.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ from common.wire import (
     worker_heartbeat_to_wire,
 )
 from common.worker import AttemptState, WorkerAgent
+from services.auth import AuthConfig, auth_from_env, seal, secure_app
 from services.batching import BatchSender
 from services.endpoints import Endpoints
 from services.eventlog import EventLog
@@ -85,6 +89,7 @@ from services.http import (
     log_crashes,
     parse_body,
     read_service_env,
+    wire_body,
 )
 from services.peers import PeerClient, PeerError, PeerUnreachable, request_with_retry
 from services.runtime import CoreRunner
@@ -113,7 +118,8 @@ class WorkerService:
     """One worker agent: its core, the runs it holds, its outbox and its link to the LM."""
 
     def __init__(self, federation: Federation, worker_id: str, endpoints: Endpoints, *,
-                 burn_cpu: bool = False, log: EventLog | None = None) -> None:
+                 burn_cpu: bool = False, log: EventLog | None = None,
+                 peer_headers: dict[str, str] | None = None) -> None:
         lm_id = federation.workers().get(worker_id)
         if lm_id is None:
             raise InvalidInput("MEGHA_ID", f"{worker_id!r} is no worker of the federation")
@@ -139,7 +145,7 @@ class WorkerService:
         self._ending: set[str] = set()
         self.lm_link = PeerLink(self.log, "lm_unreachable", "lm_reachable",
                                 {"worker": worker_id, "lm": lm_id})
-        self.client = PeerClient()
+        self.client = PeerClient(headers=peer_headers)  # the cluster token, to the LM
         self.runner.on(RunTask, self._run_task)
         self.runner.on(KillTask, self._kill_task)
         self.runner.on(ReportToLM, self._queue_report)
@@ -402,21 +408,24 @@ async def _burn_cpu(seconds: float | None) -> None:
 
 
 def create_app(federation: Federation, worker_id: str, endpoints: Endpoints, *,
-               burn_cpu: bool = False, log: EventLog | None = None) -> FastAPI:
-    service = WorkerService(federation, worker_id, endpoints, burn_cpu=burn_cpu, log=log)
+               burn_cpu: bool = False, log: EventLog | None = None,
+               auth: AuthConfig) -> FastAPI:
+    service = WorkerService(federation, worker_id, endpoints, burn_cpu=burn_cpu, log=log,
+                            peer_headers=auth.outgoing_headers())
 
-    app = FastAPI(title=f"megha worker agent {worker_id}", lifespan=lifespan_of(service))
+    app = secure_app(f"megha worker agent {worker_id}", lifespan_of(service), auth)
     app.state.service = service
 
-    @app.post("/v1/tasks", status_code=202)
+    @app.post("/v1/tasks", status_code=202, openapi_extra=wire_body(PlacementWire))
     async def post_task(request: Request) -> dict:
         return service.assign(await parse_body(request, PlacementWire))
 
-    @app.post("/v1/tasks/batch")
+    @app.post("/v1/tasks/batch", openapi_extra=wire_body(WorkerBatchWire))
     async def post_batch(request: Request) -> dict:
         return service.apply_batch(await parse_body(request, WorkerBatchWire))
 
-    @app.delete("/v1/tasks/{attempt_id:path}")
+    @app.delete("/v1/tasks/{attempt_id:path}", status_code=202, responses={
+        404: {"description": "The attempt is not queued or running here."}})
     async def delete_task(attempt_id: str,
                           reason: Literal["cancelled", "preempted"] = "cancelled") -> Response:
         was = service.cancel(attempt_id, CANCEL_REASONS[reason])
@@ -438,7 +447,7 @@ def create_app(federation: Federation, worker_id: str, endpoints: Endpoints, *,
 
 
     add_shared_routes(app, service.core, service.runner.registry)
-    return app
+    return seal(app)
 
 
 def main() -> None:
@@ -447,7 +456,8 @@ def main() -> None:
     env = read_service_env()
     burn_cpu = os.environ.get("MEGHA_BURN_CPU", "") in ("1", "true", "yes")
     build_and_serve(env, lambda: create_app(env.federation, env.service_id, env.endpoints,
-                                            burn_cpu=burn_cpu, log=env.log))
+                                            burn_cpu=burn_cpu, log=env.log,
+                                            auth=auth_from_env(env.log)))
 
 
 if __name__ == "__main__":

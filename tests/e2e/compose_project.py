@@ -18,10 +18,12 @@ from pathlib import Path
 
 import docker
 
-from common.federation import Federation
+from common.federation import Federation, load_federation
+from loadgen.credentials import read_env_file
 from loadgen.sources import add_workload_arguments, build_workload
 from loadgen.synthesis import infeasible
 from loadgen.workload import ReplayJob
+from services import auth
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "federation.toml"
@@ -49,7 +51,9 @@ class ComposeProject:
     """A compose project of the testbed. By default a new one: a random project name after
     `prefix`, free ports for the GMs and a random broker password, nothing started yet.
     `project` and `ports` name one that already runs instead (to read its containers and
-    talk to its GMs; its own `.env` is not known here, so do not `compose` it)."""
+    talk to its GMs; its own `.env` is not known here, so do not `compose` it: its tokens
+    are taken from the environment, else the repository's `.env`). A new project gets
+    random tokens (services/auth.py) of its own."""
 
     def __init__(self, client: docker.DockerClient, prefix: str = "megha-e2e",
                  project: str | None = None, ports: dict[str, int] | None = None) -> None:
@@ -60,6 +64,19 @@ class ComposeProject:
                         MEGHA_RABBITMQ_PASSWORD=secrets.token_urlsafe(12),
                         MEGHA_GM1_PORT=str(self.ports["gm-1"]),
                         MEGHA_GM2_PORT=str(self.ports["gm-2"]))
+        if project is None:
+            queues = [q.name for q in load_federation(CONFIG.read_text(), str(CONFIG)).queues]
+            self.env.update(auth.generate_env(queues))
+        else:
+            dotenv = read_env_file(ROOT / ".env") if (ROOT / ".env").is_file() else {}
+            for name in (auth.CLUSTER_TOKEN_ENV, auth.USER_TOKENS_ENV):
+                self.env[name] = os.environ.get(name) or dotenv.get(name, "")
+        self.cluster_token = self.env[auth.CLUSTER_TOKEN_ENV]
+        self.user_tokens = auth.parse_user_tokens(self.env[auth.USER_TOKENS_ENV])
+
+    def headers(self) -> dict[str, str]:
+        """The operator's `Authorization` header, for reading any queue's jobs."""
+        return {"Authorization": f"Bearer {self.cluster_token}"}
 
     def compose(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         done = subprocess.run(["docker", "compose", "-p", self.project, *args], cwd=ROOT,
@@ -134,7 +151,8 @@ class ComposeProject:
         process = subprocess.Popen(
             [sys.executable, "-m", "megha", "replay", "--config", str(CONFIG), *gms,
              "--results", str(results), "--timeout", str(timeout), *args],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=dict(os.environ, MEGHA_USER_TOKENS=self.env[auth.USER_TOKENS_ENV]))
         return process, results
 
     def leftovers(self) -> dict[str, list[str]]:

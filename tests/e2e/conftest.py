@@ -54,7 +54,8 @@ def accepted_jobs_all_done(bed: ComposeProject, results: Path) -> dict:
     for gm, url in ((gm, bed.gm_url(gm)) for gm in bed.ports):
         for job in outcome["jobs"]:
             if job["gm"] == gm:
-                state = httpx.get(f"{url}/v1/jobs/{job['job']}", timeout=10).json()["state"]
+                state = httpx.get(f"{url}/v1/jobs/{job['job']}", headers=bed.headers(),
+                                  timeout=10).json()["state"]
                 assert state == "done", (job["job"], state)
     return outcome
 

@@ -65,7 +65,8 @@ def test_after_three_times_the_sustained_rate_the_testbed_recovers_by_itself(
     # arrivals planned past the burst's end: the client is stopped with jobs still to send
     rate = BURST_FACTOR * SUSTAINED_TASKS_PER_S
     jobs, _ = synthesize(rate, BURST_S + 10, 7, federation, CONFIG, prefix="burst")
-    burst_ended = asyncio.run(offer_for(Replayer(jobs, queues, log=lambda _: None), BURST_S))
+    burst_ended = asyncio.run(offer_for(Replayer(jobs, queues, log=lambda _: None,
+                                                 tokens=testbed.user_tokens), BURST_S))
     held = backlogs(gms)
     # five seconds of work or more still waiting: the burst overloaded the GMs
     assert sum(held.values()) >= 5 * SUSTAINED_TASKS_PER_S, held
@@ -102,8 +103,8 @@ def test_after_three_times_the_sustained_rate_the_testbed_recovers_by_itself(
 
     # and it schedules as before: a light replay, every job done, allocation p99 < 1.5 s
     light, _ = synthesize(SUSTAINED_TASKS_PER_S / 3, 10, 8, federation, CONFIG, prefix="after")
-    result = asyncio.run(Replayer(light, queues, completion_timeout=60,
-                                  log=lambda _: None).run())
+    result = asyncio.run(Replayer(light, queues, completion_timeout=60, log=lambda _: None,
+                                  tokens=testbed.user_tokens).run())
     assert all(o.status == "accepted" and o.state == "done" for o in result.outcomes)
     allocation = sorted(t for o in result.outcomes for t in o.allocation_times())
     assert percentile(allocation, 99) < 1.5, percentile(allocation, 99)

@@ -21,7 +21,8 @@ def test_bounded_passes_go_on_and_every_job_ends(tmp_path, amqp_url) -> None:
     config.write_text(CONFIG.read_text() + "\n[limits]\ngm_pass_tasks = 2\n")
     jobs: dict[str, str] = {}
     with LocalFederation(config, tmp_path / "logs", base_port=free_port_block(6),
-                         amqp_url=amqp_url) as fed, httpx.Client(timeout=10) as client:
+                         amqp_url=amqp_url) as fed, \
+            httpx.Client(timeout=10, headers=fed.headers()) as client:
         for k in range(6):
             user = "u1" if k % 2 == 0 else "u2"
             body = {"job_id": f"bp-{k}", "user": user,

@@ -66,7 +66,7 @@ def assert_all_done_once(fed: LocalFederation, final: dict, jobs: dict[str, str]
 
 def test_a_killed_gm_restarts_without_losing_or_repeating_anything(federation) -> None:
     fed = federation
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=10, headers=fed.headers()) as client:
         jobs = workload(client, fed, "gmkill")
         wait_running(client, fed, "lm-1")
         fed.kill("gm-1", signal.SIGKILL)
@@ -84,7 +84,7 @@ def test_a_killed_gm_restarts_without_losing_or_repeating_anything(federation) -
 
 def test_a_killed_lm_recovers_its_running_tasks_from_its_workers(federation) -> None:
     fed = federation
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=10, headers=fed.headers()) as client:
         # tasks must outlive the restart (a second or two), or there is nothing to adopt
         jobs = workload(client, fed, "lmkill", duration=5.0)
         wait_running(client, fed, "lm-1")
@@ -100,7 +100,7 @@ def test_a_killed_lm_recovers_its_running_tasks_from_its_workers(federation) -> 
 
 def test_a_killed_worker_has_its_tasks_requeued_and_finished_elsewhere(federation) -> None:
     fed = federation
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=10, headers=fed.headers()) as client:
         jobs = workload(client, fed, "workerkill", duration=2.0)
         wait_running(client, fed, "lm-1")
         fed.kill("lm-1/w0", signal.SIGKILL)
@@ -117,7 +117,7 @@ def test_a_killed_worker_has_its_tasks_requeued_and_finished_elsewhere(federatio
 
 def test_every_service_reconnects_after_rabbitmq_restarts(federation, restart_rabbitmq) -> None:
     fed = federation
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=10, headers=fed.headers()) as client:
         jobs = workload(client, fed, "rabbit", duration=2.0)
         wait_running(client, fed, "lm-1")
         restart_rabbitmq()

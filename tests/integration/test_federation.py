@@ -94,7 +94,7 @@ def wait_done(client: httpx.Client, fed: LocalFederation, jobs: dict[str, str],
 def test_every_job_completes_and_the_logs_account_for_every_task(federation) -> None:
     fed = federation
     jobs: dict[str, str] = {}
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=10, headers=fed.headers()) as client:
         for k in range(6):  # both GMs at once: they race for the same nodes
             for user in ("u1", "u2"):
                 job_id = f"{user}-plain-{k}"
@@ -162,7 +162,7 @@ def test_every_job_completes_and_the_logs_account_for_every_task(federation) -> 
 def test_bad_jobs_are_refused_with_the_field_and_nothing_is_accepted(federation) -> None:
     fed = federation
     url = fed.endpoints.url("gm-1") + "/v1/jobs"
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=10, headers=fed.headers()) as client:
         cases = {
             "cpu_m": {"user": "u1", "tasks": [{"cpu_m": 0, "mem_mib": 1}]},
             "usr": {"usr": "u1", "tasks": [{"cpu_m": 1, "mem_mib": 1}]},

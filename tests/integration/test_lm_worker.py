@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 from common.federation import load_federation
+from services.auth import CLUSTER_TOKEN_ENV, generate_token
 from services.broker import HEARTBEAT_EXCHANGE, TASK_EVENTS_EXCHANGE, Broker, task_events_queue
 from services.endpoints import ENV as ENDPOINTS_ENV
 from services.endpoints import Endpoints
@@ -70,6 +71,8 @@ class Processes:
         self.config = config
         self.endpoints = Endpoints({service: f"http://127.0.0.1:{free_port()}"
                                     for service in MODULES})
+        self.token = generate_token()  # the cluster token: the test calls as the GM would
+        self.headers = {"Authorization": f"Bearer {self.token}"}
         self.running: dict[str, subprocess.Popen] = {}
         self.started: list[subprocess.Popen] = []
         self.logs: list[tuple[str, Path]] = []
@@ -84,6 +87,9 @@ class Processes:
         env = dict(os.environ, MEGHA_CONFIG=str(self.config), MEGHA_ID=service,
                    MEGHA_AMQP_URL=self.amqp_url, PYTHONPATH=str(ROOT))
         env[ENDPOINTS_ENV] = self.endpoints.render()
+        env[CLUSTER_TOKEN_ENV] = self.token
+        # the LM's task-event log: this test's own, kept across its restarts
+        env["MEGHA_STATE_DIR"] = str(self.dir / "state")
         # stderr too: a traceback would be a line that is not JSON, and the test would say so
         with open(path, "wb") as out:
             process = subprocess.Popen([sys.executable, "-m", MODULES[service]], env=env,
@@ -214,7 +220,7 @@ class FakeGM:
         self.broker.consume_queue(task_events_queue(GM), self._on_event,
                                   bind_exchange=TASK_EVENTS_EXCHANGE, routing_key=GM)
         self.broker.consume_fanout(HEARTBEAT_EXCHANGE, self._on_heartbeat)
-        self.http = httpx.AsyncClient(timeout=5.0)
+        self.http = httpx.AsyncClient(timeout=5.0, headers=procs.headers)
 
     async def __aenter__(self) -> FakeGM:
         await self.broker.start()
@@ -638,7 +644,7 @@ def test_a_reprioritized_job_moves_ahead_in_the_workers_queue(tmp_path, procs_on
                                            if e["event"] == "worker_reprioritized"], 5,
                                   "the worker re-keys its queue")
             assert rekeyed[0]["job"] == job and rekeyed[0]["priority"] == 1.0
-            async with httpx.AsyncClient() as client:
+            async with httpx.AsyncClient(headers=procs.headers) as client:
                 worker = (await client.get(procs.url(WORKER) + "/v1/state")).json()
             assert {q["attempt_id"]: q["priority"] for q in worker["queued"]} == {
                 longer["attempt_id"]: 1.0, shorter["attempt_id"]: 5.0}
@@ -718,7 +724,7 @@ def test_copies_run_on_idle_nodes_yield_to_a_launch_and_the_task_finishes_once(t
             assert not [e for e in gm.events if "~" in e["attempt_id"]]  # copies: LM's own
             state = (await gm.state())["snapshot"]
             assert state["free_cpu"] == [CPU] * len(TOPOLOGY) and not running_ids(state)
-            async with httpx.AsyncClient() as client:
+            async with httpx.AsyncClient(headers=procs.headers) as client:
                 worker = (await client.get(procs.url(WORKER) + "/v1/state")).json()
             assert not worker["running"] and not worker["queued"]
 

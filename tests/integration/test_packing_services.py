@@ -30,7 +30,7 @@ def test_lp_and_tetris_schedule_weighted_jobs_with_placement_sets(tmp_path, amqp
     sets = {"u1": ["lm-2/n0", "lm-2/n1"], "u2": ["lm-2/n2", "lm-2/n3"]}
     jobs: dict[str, str] = {}
     with LocalFederation(config, logs, base_port=free_port_block(6), amqp_url=amqp_url) as fed, \
-            httpx.Client(timeout=10) as client:
+            httpx.Client(timeout=10, headers=fed.headers()) as client:
         for k in range(12):
             user = "u1" if k % 2 == 0 else "u2"
             job_id = f"lp-{k}"

@@ -41,7 +41,7 @@ def test_tasks_run_only_on_their_sets_and_a_busy_set_says_so(federation) -> None
     fed = federation
     own, borrowed = ["lm-2/n1"], ["lm-2/n2", "lm-2/n3"]  # gm-1's node; gm-2's two
     jobs = {"ps-own": "u1", "ps-borrow": "u1", "ps-u2": "u2"}
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=10, headers=fed.headers()) as client:
         for job_id, user, body_tasks in (("ps-own", "u1", tasks(3, own, 1.0)),
                                          ("ps-borrow", "u1", tasks(3, borrowed, 0.5)),
                                          ("ps-u2", "u2", tasks(2, own, 0.3))):
@@ -79,7 +79,7 @@ def test_tasks_run_only_on_their_sets_and_a_busy_set_says_so(federation) -> None
 def test_a_job_naming_an_unknown_or_no_node_is_refused_whole(federation) -> None:
     fed = federation
     url = fed.endpoints.url("gm-1") + "/v1/jobs"
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=10, headers=fed.headers()) as client:
         for job_id, nodes, expected in (("ps-unknown", ["lm-2/n1", "lm-9/n0"], "lm-9/n0"),
                                         ("ps-empty", [], "at least one node")):
             body = {"job_id": job_id, "user": "u1", "tasks": [

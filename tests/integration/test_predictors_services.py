@@ -40,7 +40,8 @@ def test_a_size_aware_policy_estimates_through_the_services(policy, tmp_path, am
         gms = [f"--gm={gm}={fed.endpoints.url(gm)}" for gm in fed.federation.gms]
         done = subprocess.run(
             [sys.executable, "-m", "megha", "replay", "--trace", str(work), "--config",
-             str(config), *gms, "--run-id", policy, "--results", str(tmp_path / "r.json")],
+             str(config), *gms, "--run-id", policy, "--results", str(tmp_path / "r.json"),
+             "--tokens", str(fed.tokens_file)],
             capture_output=True, text=True, timeout=180, cwd=ROOT)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "14 completed, 0 failed" in done.stdout

@@ -31,7 +31,7 @@ def replay(fed: LocalFederation, trace, results, *extra: str) -> subprocess.Comp
     gms = [f"--gm={gm}={fed.endpoints.url(gm)}" for gm in fed.federation.gms]
     return subprocess.run(
         [sys.executable, "-m", "megha", "replay", "--trace", str(trace), "--config", str(CONFIG),
-         *gms, "--results", str(results), *extra],
+         *gms, "--results", str(results), "--tokens", str(fed.tokens_file), *extra],
         capture_output=True, text=True, timeout=180, cwd=ROOT)
 
 

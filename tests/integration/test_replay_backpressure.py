@@ -40,7 +40,7 @@ def replayer_for(fed: LocalFederation, jobs: list[ReplayJob], log: Callable[[str
                  **options) -> Replayer:
     gm_for_user = {q.name: (q.gm, fed.endpoints.url(q.gm)) for q in fed.federation.queues}
     return Replayer(jobs, gm_for_user, completion_timeout=COMPLETION_TIMEOUT, log=log,
-                    **options)
+                    tokens=fed.user_tokens, **options)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:

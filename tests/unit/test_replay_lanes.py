@@ -170,6 +170,16 @@ def test_jobs_the_gm_forgot_make_its_feed_suspect_but_not_on_the_first_read():
     assert take_page(feed, page(7, 100_060, "j1"), jobs).skipped  # 9 numbers unlisted
 
 
+
+def test_another_queues_jobs_left_out_of_a_user_tokens_feed_are_not_forgotten():
+    """A user token's feed lists its own queue's jobs only: the gaps are the GM's other
+    queues, and the GM's `forgotten` count, not the gaps, says whether it forgot any."""
+    jobs = {o.job.job_id: o for o in outcomes(2)}
+    feed = Feed("gm-1", "http://gm", epoch=7, cursor=10, queue="u1")
+    assert not take_page(feed, page(7, 20, "j0") | {"forgotten": 0}, jobs).skipped
+    assert take_page(feed, page(7, 30, "j1") | {"forgotten": 2}, jobs).skipped
+
+
 def test_suspects_are_checked_first_then_silent_feeds_in_turn_within_the_budget():
     gm1, gm2 = outcomes(40, "gm-1"), outcomes(40, "gm-2")
     suspects = {o.job.job_id: o for o in gm1[:10]}
