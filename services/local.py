@@ -39,9 +39,9 @@ RABBITMQ = ROOT / "scripts" / "rabbitmq.sh"
 MODULES = {"gm": "services.gm", "lm": "services.lm", "worker": "services.worker"}
 
 
-def rabbitmq(command: str) -> str:
-    done = subprocess.run(["bash", str(RABBITMQ), command], capture_output=True, text=True,
-                          timeout=180)
+def rabbitmq(command: str, *args: str) -> str:
+    done = subprocess.run(["bash", str(RABBITMQ), command, *args], capture_output=True,
+                          text=True, timeout=180)
     if done.returncode != 0:
         raise RuntimeError(f"scripts/rabbitmq.sh {command} failed:\n{done.stderr}")
     return done.stdout.strip()

@@ -18,7 +18,6 @@ import contextlib
 import shutil
 import signal
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -29,7 +28,7 @@ import pytest
 from test_failures import assert_all_done_once, wait_running, workload
 from test_federation import CONFIG, free_port_block, read_events, wait_done
 
-from services.local import RABBITMQ, LocalFederation
+from services.local import LocalFederation, rabbitmq
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -117,11 +116,8 @@ def own_vhost(amqp_url):
     """A virtual host of this test's own: the federation's ids are every test's, and a run
     elsewhere on the same broker would otherwise share its heartbeats and queues."""
     name = f"megha-durability-{uuid.uuid4().hex[:8]}"
-    url = subprocess.run(["bash", str(RABBITMQ), "vhost", name], capture_output=True,
-                         text=True, check=True, timeout=60).stdout.strip()
-    yield url
-    subprocess.run(["bash", str(RABBITMQ), "delete-vhost", name], capture_output=True,
-                   timeout=60)
+    yield rabbitmq("vhost", name)
+    rabbitmq("delete-vhost", name)
 
 
 @pytest.fixture
