@@ -563,29 +563,19 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
         service.worker_heartbeat(await parse_body(request, WorkerHeartbeatWire))
         return Response(status_code=202)
 
-    posts: dict[str, Callable[[Request], Awaitable[Response]]] = {
-        "/v1/launch": launch_route("launch"),
-        "/v1/repartition": launch_route("repartition"),
-        "/v1/preempt": preempt,
-        "/v1/cancel": cancel,
-        "/v1/reprioritize": reprioritize,
-        "/v1/worker/report": worker_report,
-        "/v1/worker/reports": worker_reports,
-        "/v1/worker/heartbeat": worker_heartbeat,
+    # each route: its handler, its body (for the OpenAPI document), its status and whether it
+    # answers JSON or no body
+    posts: dict[str, tuple[Callable[[Request], Awaitable[Response]], type, int, type]] = {
+        "/v1/launch": (launch_route("launch"), LaunchRequest, 200, JSONResponse),
+        "/v1/repartition": (launch_route("repartition"), LaunchRequest, 200, JSONResponse),
+        "/v1/preempt": (preempt, PreemptRequest, 200, JSONResponse),
+        "/v1/cancel": (cancel, CancelRequest, 202, JSONResponse),
+        "/v1/reprioritize": (reprioritize, ReprioritizeRequest, 202, JSONResponse),
+        "/v1/worker/report": (worker_report, WorkerReport, 202, Response),
+        "/v1/worker/reports": (worker_reports, WorkerReportBatch, 202, Response),
+        "/v1/worker/heartbeat": (worker_heartbeat, WorkerHeartbeatWire, 202, Response),
     }
-    # each route's body and its answer (status; JSON or no body), for the OpenAPI document
-    documented = {
-        "/v1/launch": (LaunchRequest, 200, JSONResponse),
-        "/v1/repartition": (LaunchRequest, 200, JSONResponse),
-        "/v1/preempt": (PreemptRequest, 200, JSONResponse),
-        "/v1/cancel": (CancelRequest, 202, JSONResponse),
-        "/v1/reprioritize": (ReprioritizeRequest, 202, JSONResponse),
-        "/v1/worker/report": (WorkerReport, 202, Response),
-        "/v1/worker/reports": (WorkerReportBatch, 202, Response),
-        "/v1/worker/heartbeat": (WorkerHeartbeatWire, 202, Response),
-    }
-    for path, route in posts.items():
-        model, status, answer = documented[path]
+    for path, (route, model, status, answer) in posts.items():
         app.add_api_route(path, route, methods=["POST"], status_code=status,
                           response_class=answer, openapi_extra=wire_body(model))
 
