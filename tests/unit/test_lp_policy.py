@@ -16,6 +16,7 @@ from harness import Federation
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from one_gm_federation import one_gm_file
+from test_wspt_policy import job, one_node_full_with_a_blocker
 
 from common.cluster import ClusterState, ClusterTopology
 from common.errors import InvalidInput
@@ -63,13 +64,14 @@ def test_the_lp_never_costs_more_than_a_schedule_and_never_ends_a_job_too_soon(j
     for as long as its longest task or its volume needs: a schedule, so a point of the LP."""
     pooled = [PooledJob(i, w, r, (a, b), span) for i, (w, r, a, b, span) in enumerate(jobs)]
     solution = pooled_lp(pooled)
-    for job in pooled:
-        assert solution.completion[job.key] >= job.release + max(job.span, *job.volume) - 1e-6
+    for item in pooled:
+        assert (solution.completion[item.key]
+                >= item.release + max(item.span, *item.volume) - 1e-6)
     clock = serial = 0.0
-    for job in sorted(pooled, key=lambda job: job.release):
-        clock = max(clock, job.release) + max(job.span, *job.volume)
-        serial += job.weight * clock
-    lp_cost = sum(job.weight * solution.completion[job.key] for job in pooled)
+    for item in sorted(pooled, key=lambda item: item.release):
+        clock = max(clock, item.release) + max(item.span, *item.volume)
+        serial += item.weight * clock
+    lp_cost = sum(item.weight * solution.completion[item.key] for item in pooled)
     assert lp_cost <= serial * (1 + 1e-6)
 
 
@@ -78,8 +80,8 @@ def test_a_solve_that_runs_out_of_time_keeps_the_previous_order() -> None:
     rng = random.Random(0)
     jobs = [progress(seq, width=rng.randint(1, 40), duration=rng.uniform(1, 100))
             for seq in range(1, 301)]
-    for job in jobs:
-        policy.admit(job, rng)
+    for admitted in jobs:
+        policy.admit(admitted, rng)
     assert policy.reorder(0.0, (4000.0, 4096.0)) is True  # the capacity: Smith's keys
     before = [policy.order_key(job) for job in jobs]
     assert policy.reorder(2.0, (4000.0, 4096.0)) is False  # HiGHS stops at once
@@ -141,22 +143,11 @@ def test_lp_solves_at_growing_intervals_only_when_jobs_changed() -> None:
 # -- in a GM core ---------------------------------------------------------------------------------
 
 
-def job(job_id: str, width: int, duration: float, weight: float = 1.0) -> JobSpec:
-    tasks = tuple(TaskSpec(f"{job_id}/{i}", job_id, Resources(1000, 1024), frozenset(),
-                           duration) for i in range(width))
-    return JobSpec(job_id, "u1", tasks, 0.0, weight=weight)
-
-
 def placed_after_the_blocker(policy: str) -> tuple[Federation, list[str]]:
     """One node of 4 cores full with a blocker; a heavy job with one 100-s task and a lighter
     one with four 25-s tasks (the same volume) wait; the GM's first solve is due after 1 s;
     the blocker ends and frees the 4 cores."""
-    fed = Federation.simple(num_gms=1, num_lms=1, nodes_per_lm=1, job_policy=policy,
-                            constraints=frozenset())
-    fed.tick()
-    fed.run_until_quiet()
-    fed.submit("gm-1", job("blocker", 4, 1.0))
-    fed.run_until_quiet()
+    fed = one_node_full_with_a_blocker(policy)
     fed.submit("gm-1", job("long-thin", 1, 100.0, weight=10.0))
     fed.submit("gm-1", job("wide-short", 4, 25.0, weight=9.0))
     fed.run_until_quiet()

@@ -97,15 +97,22 @@ def placed_jobs(fed: Federation) -> list[str]:
     return [log.fields["job"] for _, log in fed.logs if log.event == "task_placed"]
 
 
-def run_short_of_capacity(policy: str) -> tuple[Federation, list[str]]:
-    """One node of 4 cores, full with a blocker; a light long job then a heavy short one,
-    4 one-core tasks each, wait; the blocker ends: 4 cores for their 8 tasks."""
+def one_node_full_with_a_blocker(policy: str) -> Federation:
+    """One GM, one LM of one node of 4 cores, full with a blocker of 4 one-core tasks of 1 s:
+    jobs submitted now wait for it to end, then compete for those 4 cores."""
     fed = Federation.simple(num_gms=1, num_lms=1, nodes_per_lm=1, job_policy=policy,
                             constraints=frozenset())
     fed.tick()
     fed.run_until_quiet()
     fed.submit("gm-1", job("blocker", 4, 1.0))
     fed.run_until_quiet()
+    return fed
+
+
+def run_short_of_capacity(policy: str) -> tuple[Federation, list[str]]:
+    """A light long job then a heavy short one, 4 one-core tasks each, wait behind the
+    blocker; it ends: 4 cores for their 8 tasks."""
+    fed = one_node_full_with_a_blocker(policy)
     assert placed_jobs(fed) == ["blocker"] * 4
     fed.submit("gm-1", job("light-long", 4, 25.0, weight=1.0))  # 100 task-s / 1
     fed.submit("gm-1", job("heavy-short", 4, 5.0, weight=4.0))  # 20 task-s / 4
