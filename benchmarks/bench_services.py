@@ -18,11 +18,9 @@ import asyncio
 import random
 import sys
 import tempfile
-import time
 from math import nan
 from pathlib import Path
 
-import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,20 +29,6 @@ sys.path.insert(0, str(ROOT))
 from loadgen.replay import FINAL_STATES, LATE_AFTER, Replayer, ReplayResult  # noqa: E402
 from loadgen.workload import ReplayJob, ReplayTask  # noqa: E402
 from services.local import LocalFederation  # noqa: E402
-
-
-def wait_warm(fed: LocalFederation, timeout: float = 60.0) -> None:
-    """Until every GM's view holds every LM with every node up: the figures are of a running
-    federation, not of GMs waiting for their first heartbeats."""
-    nodes = sum(len(t) for t in fed.federation.topologies())
-    deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=2) as client:
-        for gm in fed.federation.gms:
-            while client.get(fed.endpoints.url(gm) + "/healthz").json().get(
-                    "nodes_up_in_view", 0) < nodes:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{gm} never saw all {nodes} nodes up")
-                time.sleep(0.1)
 
 
 def workload(fed: LocalFederation, args) -> list[ReplayJob]:
@@ -112,7 +96,7 @@ def main() -> None:
         logs = args.logs or Path(scratch) / "logs"
         with LocalFederation(args.config, logs, base_port=args.base_port,
                              amqp_url=args.amqp_url) as fed:
-            wait_warm(fed)
+            fed.wait_warm()
             print(f"# {len(fed.roles)} processes up; replaying for {args.seconds:.0f}s",
                   file=sys.stderr)
             result = figures(replay(fed, args))

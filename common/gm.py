@@ -258,6 +258,9 @@ class GlobalMaster:
             else:
                 step.emit(SendLaunch(request.lm, request.request_id, request.kind, placements,
                                      epoch))
+            step.emit(Log("request_sent", {"gm": self.gm, "lm": request.lm,
+                                           "request": request.request_id,
+                                           "items": len(placements)}))
 
     def _placement_of(self, attempt_id: str, priorities: dict[str, float]) -> Placement:
         task = self._attempts.get(attempt_id)
@@ -323,6 +326,9 @@ class GlobalMaster:
         request = self._requests.finished(event.request_id)
         self.view.release(event.request_id)
         self.view.apply(event.snapshot, step.now)
+        step.emit(Log("request_answered", {"gm": self.gm, "lm": event.lm,
+                                           "request": event.request_id,
+                                           "items": len(event.results)}))
         for result in event.results:
             self.placer.answered(event.request_id, result.accepted)
             task = self._attempts.get(result.attempt_id)

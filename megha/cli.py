@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "experiment": ("simulator.experiments",
                    "the papers' simulation studies: baselines, cluster size, GMs and LMs, "
                    "heartbeat interval, SLearn's predictors, redundancy (SRPT+R)"),
+    "twin": ("twin.command",
+             "run one workload on the real services and in the simulator, fit the "
+             "simulator's model of time from the services' logs, and say how far apart they "
+             "are"),
     "synth": ("loadgen.synth_command",
               "build a workload (trace, Alibaba or Poisson; constraints, resources, users) "
               "and save it as a job file"),

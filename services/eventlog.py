@@ -30,9 +30,11 @@ class EventLog:
         self._stream = stream or sys.stdout
         self._clock = clock
         self._held: list[str] | None = None
+        self._step_ts: float | None = None  # inside `together`: the one `ts` of its lines
 
     def emit(self, event: str, fields: dict | None = None) -> None:
-        record = {"ts": round(self._clock(), 6), "svc": self.svc, "event": event}
+        ts = self._step_ts if self._step_ts is not None else round(self._clock(), 6)
+        record = {"ts": ts, "svc": self.svc, "event": event}
         if fields:
             record.update(fields)
         try:
@@ -50,15 +52,18 @@ class EventLog:
     @contextlib.contextmanager
     def together(self):
         """Lines emitted inside go out in one write at the end: the lines of one core event
-        cost one system call (and one trip through a container's log pipe), not one each."""
+        cost one system call (and one trip through a container's log pipe), not one each.
+        They share one `ts`, taken on entry (after the core returned), as a simulation's lines
+        of one step do: a log reader groups a step's lines by it."""
         if self._held is not None:  # nested: the outer block writes
             yield
             return
         self._held = []
+        self._step_ts = round(self._clock(), 6)
         try:
             yield
         finally:
-            held, self._held = self._held, None
+            held, self._held, self._step_ts = self._held, None, None
             if held:
                 held.append("")
                 self._stream.write("\n".join(held))

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -50,6 +52,22 @@ def rabbitmq(command: str, *args: str) -> str:
 def rabbitmq_running() -> bool:
     return subprocess.run(["bash", str(RABBITMQ), "status"], capture_output=True,
                           timeout=60).returncode == 0
+
+
+def free_port_block(count: int) -> int:
+    """A base port with `count` free ports on 127.0.0.1 after it (checked, then used at
+    once)."""
+    rng = random.Random()
+    for _ in range(100):
+        base = rng.randrange(20_000, 40_000)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no block of free ports")
 
 
 def log_name(service_id: str) -> str:
@@ -150,6 +168,32 @@ class LocalFederation:
                     raise TimeoutError(f"{service} not healthy after {timeout}s; see "
                                        f"{self.logs / log_name(service)}")
                 time.sleep(0.1)
+
+    def wait_warm(self, timeout: float = 60.0) -> None:
+        """Until every GM's view holds every LM with every node up: figures taken then are a
+        running federation's, not those of GMs waiting for their first heartbeats."""
+        nodes = sum(len(t) for t in self.federation.topologies())
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=2) as client:
+            for gm in self.federation.gms:
+                while client.get(self.endpoints.url(gm) + "/healthz").json().get(
+                        "nodes_up_in_view", 0) < nodes:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{gm} never saw all {nodes} nodes up")
+                    time.sleep(0.1)
+
+    def peak_rss_mib(self) -> float:
+        """The peak resident memory of every process still running, summed (Linux)."""
+        total = 0
+        for process in self.processes.values():
+            try:
+                status = Path(f"/proc/{process.pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+        return total / 1024
 
     # -- the whole federation ---------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from common.commands import Log
-from common.startlog import TIMED_EVENTS
+from common.startlog import HANDLED_EVENTS
 from services.eventlog import EventLog
 
 
@@ -65,7 +65,7 @@ class CoreRunner:
             for command in commands:
                 if type(command) is Log:
                     fields = command.fields
-                    if command.event in TIMED_EVENTS:
+                    if command.event in HANDLED_EVENTS:
                         fields = fields | {"handle_s": round(elapsed, 6)}
                     self.log.emit(command.event, fields)
                     continue

@@ -19,10 +19,18 @@ SLOT = (1000, 1024)  # (cpu_m, mem_mib): one slot, one task
 PAPER_NODE = (64_000, 16_384)  # the Megha paper's simulated nodes: 64 cores, 16 GB
 
 
-def shaped_federation(nodes: int, gms: int, lms: int, *, slots: bool = False,
-                      node: tuple[int, int] = PAPER_NODE, nodes_per_worker: int = 100,
-                      heartbeat_interval: float = 1.0, policies: dict | None = None,
-                      seed: int = 0) -> Federation:
+def shaped_federation(nodes: int, gms: int, lms: int, **options) -> Federation:
+    """The federation of a shape (options: those of `shaped_federation_text`)."""
+    return load_federation(shaped_federation_text(nodes, gms, lms, **options),
+                           f"<{nodes} nodes, {gms} GMs, {lms} LMs>")
+
+
+def shaped_federation_text(nodes: int, gms: int, lms: int, *, slots: bool = False,
+                           node: tuple[int, int] = PAPER_NODE, nodes_per_worker: int = 100,
+                           heartbeat_interval: float = 1.0, policies: dict | None = None,
+                           seed: int = 0) -> str:
+    """A shape as a federation file's text: what the services read (`megha twin` runs them
+    on one)."""
     for name, value, least in (("--nodes", nodes, 1), ("--gms", gms, 1), ("--lms", lms, 1),
                                ("--nodes-per-worker", nodes_per_worker, 1)):
         if value < least:
@@ -47,7 +55,7 @@ def shaped_federation(nodes: int, gms: int, lms: int, *, slots: bool = False,
         lines += ["", "[[lms]]", f'id = "lm-{number}"',
                   f"nodes = {{ count = {count}, cpu_m = {cpu_m}, mem_mib = {mem_mib}, "
                   f'workers = {workers}, profile = "A" }}']
-    return load_federation("\n".join(lines) + "\n", f"<{nodes} nodes, {gms} GMs, {lms} LMs>")
+    return "\n".join(lines) + "\n"
 
 
 def _toml(value) -> str:

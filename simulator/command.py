@@ -34,6 +34,7 @@ from simulator.engine import DelayModel
 from simulator.eventlog import SimLog
 from simulator.federated import FederatedSimulation, job_specs
 from simulator.processing import parse_processing
+from simulator.timemodel import TimeModel
 
 SCHEDULERS = ("megha", "centralized", "sparrow", "random")
 
@@ -59,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "and the published Megha simulator's model)")
     sim.add_argument("--delay", default=None, metavar="DIST",
                      help="one-way network delay, s (default 0.0005; any distribution)")
+    sim.add_argument("--calibration", type=Path, default=None, metavar="FILE",
+                     help="megha and centralized: the model of time fitted from the services' "
+                          "own logs by `megha twin calibrate` (each hop's delay, each role's "
+                          "processing costs) instead of one --delay for every message; "
+                          "processing defaults to 'model' with its costs")
     sim.add_argument("--processing", type=_processing, default=None,
                      metavar="{none,measured,model,model:SCALE}",
                      help="each service a single server taking time on every event: "
@@ -238,12 +244,12 @@ def _simulate(args: argparse.Namespace, scheduler: str, federation: Federation,
     workload = build_workload(args, federation, Path(str(where)), prefix="",
                               task_cpu_m=SLOT[0] if args.slots else None)
     jobs = job_specs(workload.jobs, SLOT if args.slots else None)
-    delay = DelayModel.parse(args.delay)
-    processing = args.processing or "none"  # `megha simulate`'s default
+    delay, time_model, timing = time_settings(args, scheduler)
+    processing = args.processing or ("model" if time_model else "none")  # the default
     log = SimLog(name or scheduler, log_path)
     tasks = sum(len(job.tasks) for job in jobs)
     print(f"simulating {scheduler} on {where}: {len(jobs)} jobs, {tasks} tasks from "
-          f"{workload.name}; delay {delay}, processing {processing}"
+          f"{workload.name}; {timing}, processing {processing}"
           f"{', slot mode' if args.slots else ''}", flush=True)
     bar = _Bar()
     started = time.perf_counter()
@@ -255,8 +261,10 @@ def _simulate(args: argparse.Namespace, scheduler: str, federation: Federation,
             sim.run()
             virtual, steps, rejected = sim.engine.now, sim.engine.steps, 0
         else:
-            sim = FederatedSimulation(federation, jobs, log, delay=delay,
-                                      processing=processing, seed=args.seed, progress=bar)
+            sim = FederatedSimulation(federation, jobs, log,
+                                      delay=None if time_model else delay,
+                                      processing=processing, seed=args.seed, progress=bar,
+                                      time_model=time_model)
             outcome = sim.run()
             virtual, steps, rejected = outcome.virtual_s, outcome.steps, len(outcome.rejected)
             if not args.no_check:
@@ -283,6 +291,23 @@ def _simulate(args: argparse.Namespace, scheduler: str, federation: Federation,
         print(f"  event log {log_path} (megha inspect {log_path})", flush=True)
     return report | {"wall_s": wall, "virtual_s": virtual, "steps": steps,
                      "rejected_jobs": rejected}
+
+
+def time_settings(args: argparse.Namespace,
+                  scheduler: str = "megha") -> tuple[DelayModel, TimeModel | None, str]:
+    """The network delay, the time model of `--calibration` if given (megha and centralized
+    only: the baselines are models of their own), and how to say which is in force."""
+    delay = DelayModel.parse(getattr(args, "delay", None))
+    path = getattr(args, "calibration", None)
+    if path is None:
+        return delay, None, f"delay {delay}"
+    if args.delay is not None:
+        raise InvalidInput("--delay", "--calibration gives each hop its own delay: give one "
+                                      "or the other")
+    if scheduler not in ("megha", "centralized"):
+        return delay, None, f"delay {delay} (--calibration applies to megha and centralized)"
+    model = TimeModel.load(path)
+    return delay, model, f"time model {path} ({model.describe()})"
 
 
 def check_slot_options(args: argparse.Namespace) -> None:

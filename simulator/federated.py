@@ -51,11 +51,12 @@ from common.models import JobSpec, TaskSpec
 from common.reasons import Reason
 from common.resources import Resources
 from common.routing import GM, LM, ROUTES, WORKER, Receiver, Route, StimulusIds
-from common.startlog import TIMED_EVENTS, gm_starting, lm_capacity
+from common.startlog import HANDLED_EVENTS, TIMED_EVENTS, gm_starting, lm_capacity
 from common.worker import WorkerAgent
 from simulator.engine import DelayModel, Engine
 from simulator.eventlog import SimLog
 from simulator.processing import CALIBRATED, ProcessingModel, parse_processing
+from simulator.timemodel import CalibratedNetwork, TimeModel
 
 
 class InvariantBroken(AssertionError):
@@ -90,15 +91,23 @@ class RunOutcome:
 class FederatedSimulation:
     def __init__(self, federation: Federation, jobs: Sequence[JobSpec], log: SimLog, *,
                  delay: DelayModel | None = None, processing: str = "none", seed: int = 0,
-                 progress: Callable[[float, int, int], None] | None = None) -> None:
+                 progress: Callable[[float, int, int], None] | None = None,
+                 time_model: TimeModel | None = None) -> None:
         kind, scale = parse_processing(processing)
         self.federation = federation
         self.jobs = sorted(jobs, key=lambda job: job.arrival)
         self.log = log
         self.engine = Engine()
+        if time_model is not None and delay is not None:
+            raise InvalidInput("--delay", "a calibrated time model has its own delays per hop")
+        # a time model (simulator/timemodel.py): each message's delay drawn for its hop, in
+        # order per channel; else one delay for every message
+        self.network = (CalibratedNetwork(time_model, random.Random(f"{seed}/net"))
+                        if time_model is not None else None)
         self.delay = (delay or DelayModel.parse(None)).sampler(random.Random(f"{seed}/net"))
         self.measured = kind == "measured"
-        self.model = ProcessingModel(CALIBRATED.scaled(scale)) if kind == "model" else None
+        costs = CALIBRATED if time_model is None else time_model.costs
+        self.model = ProcessingModel(costs.scaled(scale)) if kind == "model" else None
         # with processing time, deliveries carry (event, when sent) into the services' inboxes
         self.timed = kind != "none"
         self._step_stamps: tuple = ()  # the step being handled: see `_stamps`
@@ -132,7 +141,8 @@ class FederatedSimulation:
         self._routes: dict[type, Callable[[_Actor, object, str, float, float], None]] = {
             Log: self._log, RunTask: self._run_task, KillTask: self._kill,
             JobEnded: self._job_ended}
-        self._routes.update((kind, self._delivery(route)) for kind, route in ROUTES.items())
+        self._routes.update((kind, self._delivery(kind, route))
+                            for kind, route in ROUTES.items())
         self._routes[PublishTaskEvent] = partial(self._task_event,
                                                  self._routes[PublishTaskEvent])
         self._finished_reports = 0
@@ -174,6 +184,12 @@ class FederatedSimulation:
         return len(self.outcome.ended) + len(self.outcome.rejected) >= len(self.jobs)
 
     def _submit(self, job: JobSpec) -> None:
+        if self.network is not None:  # the way from the client's POST to the GM's core
+            self.engine.at(self.engine.now + self.network.submit_delay(), self._submitted, job)
+        else:
+            self._submitted(job)
+
+    def _submitted(self, job: JobSpec) -> None:
         self._now_to(self.gms[self.queue_gm[job.user]], JobSubmitted(self.ids.new("submit"),
                                                                      job))
 
@@ -274,9 +290,12 @@ class FederatedSimulation:
 
     # -- deliveries: the event common/routing.py makes of a command, one delay later ----------
 
-    def _delivery(self, route: Route) -> Callable[[_Actor, object, str, float, float], None]:
+    def _delivery(self, kind: type,
+                  route: Route) -> Callable[[_Actor, object, str, float, float], None]:
         """The delivery of one command type, its route's pieces looked up once: the
         simulator routes millions of commands."""
+        if self.network is not None and route.to is not Receiver.SELF:
+            return self._calibrated_delivery(kind, route)
         make, tag, caused, timed = route.event, route.tag, self.ids.caused, self.timed
         # each event goes one network delay later to its receiver's `receive`, in the engine's
         # FIFO lane (simulator/engine.py)
@@ -326,12 +345,41 @@ class FederatedSimulation:
 
         return to_every_gm
 
+    def _calibrated_delivery(self, kind: type,
+                             route: Route) -> Callable[[_Actor, object, str, float, float], None]:
+        """`_delivery` with a time model: each message arrives when its hop's drawn delay and
+        its channel's order say (simulator/timemodel.py)."""
+        make, tag, caused, timed = route.event, route.tag, self.ids.caused, self.timed
+        arrival, at_fifo = self.network.for_kind(kind), self.engine.at_fifo
+        if route.to is Receiver.EVERY:
+            receivers = lambda source, command: self.gms.values()  # noqa: E731
+        elif route.to is Receiver.WORKERS_LM:
+            receivers = lambda source, command: (self.lms[self.worker_lm[source.svc]],)  # noqa: E731
+        else:
+            actors = {GM: self.gms, LM: self.lms, WORKER: self.workers}[route.role]
+            receivers = lambda source, command: (actors[route.name_of(command)],)  # noqa: E731
+        last = self._last_heartbeat
+
+        def deliver(source: _Actor, command, cause: str, at: float, took: float) -> None:
+            if route.to is Receiver.EVERY:  # an unchanged heartbeat changes nothing
+                if last.get(source.svc) is command.snapshot:
+                    return
+                last[source.svc] = command.snapshot
+            event = make(source.svc, command, caused(tag, cause))
+            delivery = (event, at) if timed else event
+            for receiver in receivers(source, command):
+                at_fifo(arrival(source.svc, receiver.svc, at, command), receiver.receive,
+                        delivery)
+
+        return deliver
+
     # -- the driver's own effects: what the services do with these commands ------------------
 
     def _log(self, source: _Actor, command: Log, cause: str, at: float, took: float) -> None:
         event = command.event
         if event not in TIMED_EVENTS:
-            self.log.emit(at, source.svc, event, command.fields)
+            self.log.emit(at, source.svc, event, command.fields,
+                          took if event in HANDLED_EVENTS else None)
             return
         fields = command.fields
         if self.timed:

@@ -45,11 +45,13 @@ from common.federation import FairnessOptionsTable, Federation
 from common.models import JobSpec, TaskSpec
 from common.policies.fairness import UserQueue
 from common.resources import Resources
+from simulator import command as simulate
 from simulator.cluster import SLOT, shaped_federation
 from simulator.engine import DelayModel
 from simulator.eventlog import SimLog
 from simulator.federated import FederatedSimulation
 from simulator.sweep import Run, progress_printer, run_sweep
+from simulator.timemodel import TimeModel
 
 QUEUES = (UserQueue("q1", 0.10, "gm-1"), UserQueue("q2", 0.25, "gm-2"),
           UserQueue("q3", 0.15, "gm-2"), UserQueue("q4", 0.50, "gm-3"))
@@ -148,7 +150,8 @@ def federation_for(cluster: Cluster, variant: str, seed: int) -> Federation:
 
 
 def simulate_variant(cluster: Cluster, variant: str, workload: Workload, seed: int,
-                     check: bool, log: Path | None = None) -> dict:
+                     check: bool, time_model: TimeModel | None = None,
+                     log: Path | None = None) -> dict:
     """One variant on one cluster, wherever the sweep sends it: megha inspect's figures and
     the shares over time and under contention."""
     federation = federation_for(cluster, variant, seed)
@@ -156,8 +159,10 @@ def simulate_variant(cluster: Cluster, variant: str, workload: Workload, seed: i
     sim_log = SimLog(f"{cluster.nodes}/{variant}", log)
     started = time.perf_counter()
     try:
-        sim = FederatedSimulation(federation, jobs, sim_log, delay=DelayModel.parse(None),
-                                  seed=seed)
+        sim = FederatedSimulation(federation, jobs, sim_log,
+                                  delay=None if time_model else DelayModel.parse(None),
+                                  seed=seed, time_model=time_model,
+                                  processing="model" if time_model else "none")
         outcome = sim.run()
         if check:
             sim.check_invariants()
@@ -261,10 +266,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{nodes} nodes: jobs of {workload.width(nodes)} tasks, "
               f"{4 * workload.jobs_per_queue * workload.width(nodes):,} tasks")
     lms = args.lms or LMS
+    _, time_model, timing = simulate.time_settings(args)
+    print(f"time: {timing}; processing {'model' if time_model else 'none'}")
     results = run_sweep(
         [Run(f"{nodes}/{variant}", simulate_variant,
              (Cluster(nodes, lms, heartbeat, args.nodes_per_worker or 100), variant, workload,
-              args.seed, not args.no_check),
+              args.seed, not args.no_check, time_model),
              None if args.no_log else out / f"{nodes}-{variant}.log")
          for nodes, variant in points],
         workers=args.workers, dask=args.dask, on_done=progress_printer(_run_line))

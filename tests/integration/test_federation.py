@@ -9,8 +9,6 @@ there, so gm-2 can run them only through repartitions, and both GMs' views race 
 from __future__ import annotations
 
 import json
-import random
-import socket
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -18,28 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.local import LocalFederation
+from services.local import LocalFederation, free_port_block  # noqa: F401 (the tests import it from here)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "federation-small.toml"
 ONLY_ON_N0 = [0, 1, 2, 3]
-
-
-def free_port_block(count: int) -> int:
-    """A base port with `count` free ports after it (checked, then used at once)."""
-    rng = random.Random()
-    for _ in range(100):
-        base = rng.randrange(20_000, 40_000)
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no block of free ports")
 
 
 def read_events(logs: Path) -> list[dict]:

@@ -1,0 +1,87 @@
+"""One workload on the real services, as local processes: every GM, LM and worker agent of a
+federation file (services/local.py), the project's RabbitMQ on a virtual host of the run's own,
+and the load generator's own replayer over HTTP (loadgen/replay.py). What it leaves is each
+process's event log, which `megha inspect` and the twin's fit read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.federation import load_federation
+from loadgen.replay import FINAL_STATES, Replayer
+from loadgen.workload import ReplayJob
+from services.local import LocalFederation, free_port_block, rabbitmq, rabbitmq_running
+
+
+@dataclass(frozen=True)
+class ServicesRun:
+    logs: Path  # one <service>.log per process
+    processes: int
+    wall_s: float  # from the first submission to the last completion
+    start_s: float  # starting the processes until every GM saw every node
+    peak_rss_mib: float  # the processes' peak resident memory, summed
+    accepted: int
+    unfinished: int  # accepted jobs that had not ended at the completion timeout
+    not_accepted: int
+
+
+class Broker:
+    """The project's RabbitMQ, started if it does not run, and a virtual host of this run's
+    own on it (GMs and LMs are named alike in every run: two runs on one virtual host would
+    take each other's jobs and task events). Left as found."""
+
+    def __init__(self, amqp_url: str | None = None) -> None:
+        self.given = amqp_url
+        self.url = amqp_url or ""
+        self._vhost = ""
+        self._started = False
+
+    def __enter__(self) -> Broker:
+        if self.given is None:
+            self._started = not rabbitmq_running()
+            rabbitmq("start")
+            self._vhost = f"megha-twin-{uuid.uuid4().hex[:8]}"
+            self.url = rabbitmq("vhost", self._vhost)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._started:
+            rabbitmq("stop")
+        elif self._vhost:
+            rabbitmq("delete-vhost", self._vhost)
+
+
+def run_on_services(config: Path, jobs: Sequence[ReplayJob], logs: Path, *,
+                    amqp_url: str | None = None, grace: float = 120.0,
+                    say: Callable[[str], None] = print) -> ServicesRun:
+    """Start the federation of `config`, wait until it is warm, replay `jobs` open loop,
+    wait for them to end (at most `grace` seconds after the last arrival), stop it."""
+    with Broker(amqp_url) as broker:
+        started = time.monotonic()
+        shape = load_federation(config.read_text(), str(config))
+        processes = len(shape.gms) + len(shape.lms) + len(shape.workers())
+        federation = LocalFederation(config, logs, base_port=free_port_block(processes),
+                                     amqp_url=broker.url)
+        with federation:
+            federation.wait_warm(timeout=120.0)
+            warm = time.monotonic() - started
+            say(f"services: {len(federation.processes)} processes up and warm in {warm:.1f} s; "
+                f"replaying {len(jobs)} jobs")
+            gms = {queue.name: (queue.gm, federation.endpoints.url(queue.gm))
+                   for queue in federation.federation.queues}
+            replayer = Replayer(jobs, gms, completion_timeout=grace,
+                                log=lambda line: say(f"services: {line}"),
+                                tokens=federation.user_tokens)
+            result = asyncio.run(replayer.run())
+            peak = federation.peak_rss_mib()
+            processes = len(federation.processes)
+    accepted = [o for o in result.outcomes if o.status == "accepted"]
+    return ServicesRun(logs, processes, result.wall_seconds, warm, peak, len(accepted),
+                       sum(o.state not in FINAL_STATES for o in accepted),
+                       len(result.outcomes) - len(accepted))
