@@ -70,6 +70,15 @@ def free_port_block(count: int) -> int:
     raise RuntimeError("no block of free ports")
 
 
+def _metric_sum(text: str, name: str) -> float:
+    """The sum over labels of one Prometheus metric in an exposition text."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def log_name(service_id: str) -> str:
     return service_id.replace("/", "_") + ".log"
 
@@ -181,6 +190,26 @@ class LocalFederation:
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"{gm} never saw all {nodes} nodes up")
                     time.sleep(0.1)
+
+    def busy(self) -> dict[str, dict[str, float]]:
+        """Per running service, what it has spent so far: its process's CPU seconds (user and
+        system, every thread), its core's seconds in `handle` and the events it handled (its
+        /metrics). The difference of two readings is what a stretch of work cost."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        out = {}
+        with httpx.Client(timeout=5) as client:
+            for service, process in self.processes.items():
+                try:
+                    stat = Path(f"/proc/{process.pid}/stat").read_text()
+                    text = client.get(self.endpoints.url(service) + "/metrics").text
+                except (OSError, httpx.HTTPError):
+                    continue
+                fields = stat.rpartition(")")[2].split()  # after the command's name
+                cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+                out[service] = {"role": self.roles[service], "cpu_s": cpu,
+                                "handle_s": _metric_sum(text, "megha_core_handle_seconds_sum"),
+                                "events": _metric_sum(text, "megha_core_events_total")}
+        return out
 
     def peak_rss_mib(self) -> float:
         """The peak resident memory of every process still running, summed (Linux)."""

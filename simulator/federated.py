@@ -43,7 +43,7 @@ from common.commands import (
     RunTask,
 )
 from common.errors import InvalidInput
-from common.events import HeartbeatReceived, JobSubmitted, TaskRunEnded, Tick
+from common.events import HeartbeatReceived, JobSubmitted, TaskEventsReceived, TaskRunEnded, Tick
 from common.federation import Federation
 from common.gm import GlobalMaster
 from common.lm import LocalMaster
@@ -102,7 +102,8 @@ class FederatedSimulation:
             raise InvalidInput("--delay", "a calibrated time model has its own delays per hop")
         # a time model (simulator/timemodel.py): each message's delay drawn for its hop, in
         # order per channel; else one delay for every message
-        self.network = (CalibratedNetwork(time_model, random.Random(f"{seed}/net"))
+        self.network = (CalibratedNetwork(time_model, random.Random(f"{seed}/net"),
+                                          federation.timing.model_dump())
                         if time_model is not None else None)
         self.delay = (delay or DelayModel.parse(None)).sampler(random.Random(f"{seed}/net"))
         self.measured = kind == "measured"
@@ -252,7 +253,7 @@ class FederatedSimulation:
                 decided = counters["decisions_total"] if counters is not None else 0
                 commands = core.handle(event, now)
                 decisions = counters["decisions_total"] - decided if counters else 0
-                took = self.model.cost(core, event, commands, decisions)
+                took, busy = self.model.cost_and_overhead(core, event, commands, decisions)
             else:
                 commands = core.handle(event, now)
                 took = 0.0
@@ -263,14 +264,17 @@ class FederatedSimulation:
             return 0.0
         if self.timed:
             self._step_stamps = self._stamps(event, commands, took, wait, flight)
-        done = now + took
+        done = now + took  # what the core sent leaves when the core is done
         routes, cause = self._routes, event.stimulus_id
         for command in commands:
             route = routes.get(type(command))
             if route is None:
                 raise InvariantBroken(f"{actor.svc}: no route for {command!r}")
             route(actor, command, cause, done, took)
-        return took
+        # the service stays busy with the event's overhead outside its core (a time model's:
+        # HTTP, JSON, the broker's client), which the hops' delays measured already hold for
+        # what it sends: it holds up the service's next event, not this one's messages
+        return took + busy if self.model is not None else took
 
     def _stamps(self, event, commands: list, took: float, wait: float,
                 flight: float) -> dict[str, dict]:
@@ -351,6 +355,8 @@ class FederatedSimulation:
         its channel's order say (simulator/timemodel.py)."""
         make, tag, caused, timed = route.event, route.tag, self.ids.caused, self.timed
         arrival, at_fifo = self.network.for_kind(kind), self.engine.at_fifo
+        if kind is PublishTaskEvent:
+            return self._task_event_batches(route, arrival)
         if route.to is Receiver.EVERY:
             receivers = lambda source, command: self.gms.values()  # noqa: E731
         elif route.to is Receiver.WORKERS_LM:
@@ -370,6 +376,31 @@ class FederatedSimulation:
             for receiver in receivers(source, command):
                 at_fifo(arrival(source.svc, receiver.svc, at, command), receiver.receive,
                         delivery)
+
+        return deliver
+
+    def _task_event_batches(self, route: Route, arrival: Callable) -> Callable:
+        """Task events through the LM's outbox, as the services carry them: the events of
+        one batch for one GM arrive as one message, one `TaskEventsReceived` (one step of
+        the GM, one scheduling pass)."""
+        caused, timed, gms = self.ids.caused, self.timed, self.gms
+        batches: dict[tuple[str, str, float], tuple[list, float, str]] = {}
+
+        def arrive(key: tuple[str, str, float]) -> None:
+            events, sent, cause = batches.pop(key)
+            event = TaskEventsReceived(caused(route.tag, cause), tuple(events))
+            receiver = gms[key[1]]
+            receiver.receive((event, sent) if timed else event)
+
+        def deliver(source: _Actor, command: PublishTaskEvent, cause: str, at: float,
+                    took: float) -> None:
+            key = (source.svc, command.gm, arrival(source.svc, command.gm, at, command))
+            batch = batches.get(key)
+            if batch is not None:  # it joined a batch on its way: one message
+                batch[0].append(command.event)
+                return
+            batches[key] = ([command.event], at, cause)
+            self.engine.at(key[2], arrive, key)
 
         return deliver
 

@@ -24,8 +24,15 @@ The hops, and the messages of the simulator that take each (`HOP_OF`):
 | `task_event` | LM to GM through RabbitMQ | task events |
 | `heartbeat` | LM to every GM through RabbitMQ | snapshots |
 
-Messages of one channel (one sender, one receiver) arrive in the order they were sent, as the
-services' outboxes send them (`CalibratedNetwork`).
+Three hops leave through an outbox (`OUTBOXES`): the next batch no sooner than the [timing]
+pace after the last one, and for the HTTP ones not before the batch in flight is answered
+(services/batching.py; the LM's task event drain waits for RabbitMQ's confirms, not for the
+GMs), whatever was offered meanwhile joining it. Their delay under load is
+mostly that wait, which depends on the load; so for them the model keeps only the *transit*,
+fitted on the messages that found their channel idle, and `CalibratedNetwork` plays the
+outbox: a message sent while a batch waits to leave joins it; otherwise it leaves when the
+pace and the batch in flight allow (a batch is in flight until it arrives). The other hops
+draw each message's whole delay.
 """
 
 from __future__ import annotations
@@ -70,6 +77,16 @@ HOP_OF: dict[type, str] = {
     PublishTaskEvent: "task_event", PublishHeartbeat: "heartbeat",
 }
 QUANTILES = 101  # stored points of each hop's distribution: every percentile
+# hop -> (who shares one outbox: "pair" of sender and receiver, or the "sender" alone; the
+# [timing] setting that paces it; whether a batch waits for the one in flight to arrive)
+OUTBOXES = {"lm_to_worker": ("pair", "worker_launch_pace", True),
+            "worker_to_lm": ("sender", "report_pace", True),
+            "task_event": ("sender", "task_event_pace", False)}
+
+
+def channel_of(hop: str, sender: str, receiver: str) -> str:
+    """The outbox a message of `hop` leaves through."""
+    return f"{sender}>{receiver}" if OUTBOXES[hop][0] == "pair" else sender
 
 
 def items_of(command: object) -> int:
@@ -207,31 +224,52 @@ class TimeModel:
         return cls.from_json(data, f"--calibration {path}")
 
 
-class CalibratedNetwork:
-    """When a message sent at `at` arrives: its hop's drawn delay, and never before the last
-    message of the same channel (sender, receiver), as the services' ordered outboxes keep
-    them."""
+class _Outbox:
+    """One channel's outbox: the last batch's departure and arrival, and when the next may
+    leave."""
 
-    def __init__(self, model: TimeModel, rng: random.Random) -> None:
+    __slots__ = ("depart", "arrive", "next_at")
+
+    def __init__(self) -> None:
+        self.depart = -math.inf
+        self.arrive = 0.0
+        self.next_at = 0.0
+
+
+class CalibratedNetwork:
+    """When a message sent at `at` arrives: its hop's drawn delay, or, through an outbox, its
+    batch's departure and drawn transit. `paces`: the [timing] settings of OUTBOXES."""
+
+    def __init__(self, model: TimeModel, rng: random.Random,
+                 paces: Mapping[str, float]) -> None:
         self.draw = {hop: model.hops[hop].sampler(rng) for hop in HOPS}
-        self._last: dict[tuple[str, str], float] = {}
+        self.paces = paces
+        self._outboxes: dict[str, _Outbox] = {}
 
     def for_kind(self, kind: type) -> Callable[[str, str, float, object], float]:
         """The arrival time of one message type: (sender, receiver, sent at, command)."""
         hop = HOP_OF.get(kind)
         if hop is None:
             raise InvalidInput("time model", f"no hop for message {kind.__name__}")
-        draw, last = self.draw[hop], self._last
-        batched = kind is SendLaunch or kind is ReplyToGM
+        draw = self.draw[hop]
+        if hop not in OUTBOXES:
+            if kind is SendLaunch or kind is ReplyToGM:
+                return lambda sender, receiver, at, command: at + draw(items_of(command))
+            return lambda sender, receiver, at, command: at + draw()
+        _, setting, one_in_flight = OUTBOXES[hop]
+        pace, boxes = self.paces[setting], self._outboxes
 
         def arrival(sender: str, receiver: str, at: float, command: object) -> float:
-            when = at + draw(items_of(command) if batched else 1)
-            channel = (sender, receiver)
-            before = last.get(channel, 0.0)
-            if when < before:
-                when = before
-            last[channel] = when
-            return when
+            key = channel_of(hop, sender, receiver)
+            box = boxes.get(key)
+            if box is None:
+                box = boxes[key] = _Outbox()
+            if box.depart >= at:  # a batch still waits to leave: this joins it
+                return box.arrive
+            depart = max(at, box.next_at, box.arrive if one_in_flight else at)
+            box.depart, box.next_at = depart, depart + pace
+            box.arrive = depart + draw()
+            return box.arrive
 
         return arrival
 

@@ -33,6 +33,7 @@ from rich.console import Console
 from common.errors import InvalidInput
 from common.federation import Federation
 from inspection.command import analyse
+from inspection.reader import ReadCounts, read_events
 from loadgen.sources import add_workload_arguments, build_workload, load_config
 from loadgen.workload import ReplayJob, ReplayTask
 from simulator.cluster import SLOT, shaped_federation, shaped_federation_text
@@ -44,7 +45,7 @@ from simulator.federated import FederatedSimulation, job_specs
 from simulator.timemodel import TimeModel
 from twin import compare
 from twin.fit import fit
-from twin.services import run_on_services
+from twin.services import ServicesRun, run_on_services
 
 ROOT = Path(__file__).resolve().parent.parent
 YH1_SUB = ROOT / "deploy" / "workloads" / "YH1_sub.tr"
@@ -79,6 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "CDFs overlaid)")
     twin.add_argument("--grace", type=float, default=120.0,
                       help="seconds after the last arrival for the services to end every job")
+    twin.add_argument("--services-logs", type=Path, default=None, metavar="DIR",
+                      help="run: judge against the services' run in DIR (an earlier twin's "
+                           "OUT/services) instead of running the services again; calibrate: "
+                           "fit the model on the logs in DIR instead of a new run")
     twin.add_argument("--amqp-url", default=None,
                       help="a RabbitMQ to use (default: the project's own, on a virtual host "
                            "of the run's own)")
@@ -169,13 +174,21 @@ def calibrate(args: argparse.Namespace, federation: Federation, config: Path, fo
     if run.unfinished or run.not_accepted:
         say(f"calibration: {run.unfinished} job(s) unfinished, {run.not_accepted} not "
             f"accepted; fitting on what ran")
-    from inspection.reader import ReadCounts, read_events
-
-    model = fit(read_events([str(folder)], ReadCounts()),
-                {"workload": headline, "calibrate_with": args.calibrate_with,
-                 "fitted_at": time.strftime("%Y-%m-%d %H:%M:%S"), "logs": str(folder)})
+    model = fit_logs(folder, federation, {"workload": headline,
+                                          "calibrate_with": args.calibrate_with},
+                     run.overheads())
     say(f"calibration: {model.describe()}")
     return model
+
+
+def fit_logs(folder: Path, federation: Federation, source: dict,
+             overheads: dict[str, float] | None = None) -> TimeModel:
+    """The model of time the services' logs in `folder` show, on `federation`'s paces, with
+    the per-event overheads measured on their processes."""
+    return fit(read_events([str(folder)], ReadCounts()),
+               source | {"fitted_at": time.strftime("%Y-%m-%d %H:%M:%S"), "logs": str(folder),
+                         "overheads_s": overheads or {}},
+               federation.timing.model_dump(), overheads)
 
 
 def simulate(federation: Federation, jobs: list[ReplayJob], name: str, log: Path,
@@ -216,8 +229,12 @@ def run(args: argparse.Namespace) -> int:
         model = calibrate(args, federation, config, out / "calibration-logs")
         model.save(out / "calibration.json")
     calibrated_s = time.perf_counter() - started
-    services = run_on_services(config, jobs, out / "services", amqp_url=args.amqp_url,
-                               grace=args.grace)
+    if args.services_logs is not None:
+        services = ServicesRun.load(args.services_logs)
+        print(f"services: the run in {services.logs} (not run again)", flush=True)
+    else:
+        services = run_on_services(config, jobs, out / "services", amqp_url=args.amqp_url,
+                                   grace=args.grace)
     if services.unfinished or services.not_accepted:
         print(f"services: {services.unfinished} accepted job(s) unfinished after "
               f"{args.grace:g} s, {services.not_accepted} not accepted: the figures are of the "
@@ -229,7 +246,9 @@ def run(args: argparse.Namespace) -> int:
         reports.append(simulate(federation, jobs, name, out / f"{name}.log", time_model,
                                 args.seed) | {"name": name})
     divergences = {run["name"]: compare.divergence(reports[0], run) for run in reports[1:]}
-    figures = {"divergence": divergences, "targets": compare.TARGETS,
+    hops = compare.hop_medians({"calibration": model, "services": services.logs,
+                                "sim-calibrated": out / "sim-calibrated.log"})
+    figures = {"divergence": divergences, "targets": compare.TARGETS, "hops": hops,
                "summary": {run["name"]: compare.summary(run) for run in reports},
                "calibration": {"file": str(args.calibration or out / "calibration.json"),
                                "model": model.describe(), "source": model.source,
@@ -241,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
     write_results("twin", out, reports, args.html, figures)
     console = Console() if sys.stdout.isatty() else Console(width=150)
     compare.render(console, reports, divergences)
+    compare.render_hops(console, hops)
     print(f"results in {out}/ (results.json; services/, sim-default.log, sim-calibrated.log"
           f"{', calibration.json' if not args.calibration else ''})")
     return 0
@@ -250,6 +270,15 @@ def run_calibrate(args: argparse.Namespace) -> int:
     out = args.out or Path("calibration.json")
     folder = out.parent / f"{out.stem}-logs"
     federation, config, where = cluster(args, folder)
+    if args.services_logs is not None:  # a services' run made before: fit its logs
+        print(f"megha twin calibrate: the services' logs in {args.services_logs}", flush=True)
+        services = ServicesRun.load(args.services_logs)
+        model = fit_logs(args.services_logs, federation,
+                         {"logs": str(args.services_logs), "cluster": where},
+                         services.overheads())
+        model.save(out)
+        print(f"model of time in {out}: {model.describe()}")
+        return 0
     print(f"megha twin calibrate: {where}; workload {args.calibrate_with!r}", flush=True)
     model = calibrate(args, federation, config, folder / "services")
     model.save(out)

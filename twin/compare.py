@@ -4,6 +4,7 @@ the side-by-side table of the three runs."""
 
 from __future__ import annotations
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -81,4 +82,47 @@ def render(console: Console, runs: list[dict], divergences: dict[str, dict]) -> 
     for count in COUNTS:
         table.add_row(count, *(f"{run['counts'].get(count, 0):,}" for run in runs))
     table.add_row("wall s", *(f"{run.get('wall_s', 0):,.1f}" for run in runs))
+    console.print(table)
+
+
+def hop_medians(sources: dict[str, object]) -> dict[str, dict[str, dict]]:
+    """Per source (a TimeModel: its distributions; a folder or file of logs: what they show)
+    and hop, the median and p90 in seconds and how many messages: where a simulation's time
+    goes apart from the services', hop by hop."""
+    from inspection.reader import ReadCounts, read_events
+    from simulator.timemodel import HOPS, TimeModel
+    from twin.fit import observe
+
+    out: dict[str, dict[str, dict]] = {}
+    for name, source in sources.items():
+        if isinstance(source, TimeModel):
+            out[name] = {hop: {"p50": source.hops[hop].at(0.5), "p90": source.hops[hop].at(0.9),
+                               "messages": source.hops[hop].samples} for hop in HOPS}
+            continue
+        seen = observe(read_events([str(source)], ReadCounts()))
+        out[name] = {}
+        for hop, samples in seen.hops.items():
+            delays = np.array([sample[0] for sample in samples])
+            out[name][hop] = {"p50": float(np.percentile(delays, 50)),
+                              "p90": float(np.percentile(delays, 90)),
+                              "messages": len(delays)}
+    return out
+
+
+def render_hops(console: Console, hops: dict[str, dict[str, dict]]) -> None:
+    """Each hop's median (p90) in ms, per source."""
+    from simulator.timemodel import HOPS
+
+    table = Table(title="each hop's delay, ms: median (p90); calibration is the model, the "
+                        "others what their logs show")
+    table.add_column("hop")
+    for name in hops:
+        table.add_column(name, justify="right")
+    for hop in HOPS:
+        cells = []
+        for figures in hops.values():
+            value = figures.get(hop)
+            cells.append("-" if value is None else
+                         f"{value['p50'] * 1e3:.2f} ({value['p90'] * 1e3:.2f})")
+        table.add_row(hop, *cells)
     console.print(table)

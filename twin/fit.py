@@ -14,6 +14,13 @@ the end of the step that sent a message to the start of the step that took it in
 | worker_to_lm | `task_finished` (worker) | `task_finished` (LM) |
 | task_event | `task_finished` (LM) | `task_done` (GM) |
 
+For the hops that leave through a paced outbox (`OUTBOXES`), the delay under load is mostly
+the wait for the outbox, which the simulator plays itself; the model keeps their *transit*: the
+delays of the messages that found their channel idle, or of all, if fewer than MIN_SAMPLES did
+(`source.transit_from` says which). Idle: nothing was sent on the channel in the two paces
+before (a worker's start reports count, they share its outbox, and so do its LM's start
+events, taken at the worker's start), and the message before had arrived a pace before.
+
 Heartbeats leave no line at either end (one per LM, GM and interval would flood the log);
 their hop takes the task events' distribution, the same path through RabbitMQ, and the model's
 `source` says so.
@@ -30,15 +37,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import nnls
 
 from common.errors import InvalidInput
+from common.federation import Timing
 from simulator.processing import CALIBRATED, ProcessingCosts
-from simulator.timemodel import HOPS, QUANTILES, HopDelay, TimeModel
+from simulator.timemodel import HOPS, OUTBOXES, QUANTILES, HopDelay, TimeModel, channel_of
 
 MIN_SAMPLES = 5  # messages a hop needs before its distribution means anything
 TRIM = 0.995  # steps above this quantile of handle_s are left out of the cost fits
@@ -62,9 +70,11 @@ class _Step:
 class Observations:
     """What a log shows: per hop, (delay, items) pairs; per role, steps with their counts."""
 
-    hops: dict[str, list[tuple[float, int]]] = field(default_factory=lambda: defaultdict(list))
+    # per hop, (delay, items, channel, sent): the channel and the time sent for OUTBOXES' hops
+    hops: dict[str, list[tuple]] = field(default_factory=lambda: defaultdict(list))
     steps: dict[str, list[_Step]] = field(default_factory=lambda: defaultdict(list))
     lines: int = 0
+    other_sends: dict[str, list[float]] = field(default_factory=dict)  # see _Reader
 
 
 class _Reader:
@@ -77,11 +87,13 @@ class _Reader:
         self.answered: dict[str, tuple[_Step, int]] = {}  # request -> (GM step, items)
         self.request_of: dict[str, str] = {}  # attempt -> request
         self.lm_step: dict[str, _Step] = {}  # attempt -> the LM step that judged it
-        self.launched: dict[str, float] = {}  # attempt -> the LM's task_launched ts
-        self.received: dict[str, _Step] = {}  # attempt -> first worker step for it
-        self.worker_done: dict[str, float] = {}  # attempt -> worker's task_finished ts
-        self.lm_done: dict[str, _Step] = {}  # attempt -> LM's task_finished step
+        self.launched: dict[str, tuple[float, str]] = {}  # attempt -> (task_launched ts, LM)
+        self.received: dict[str, tuple[_Step, str]] = {}  # attempt -> first worker step, worker
+        self.worker_done: dict[str, tuple[float, str]] = {}  # attempt -> (worker's ts, worker)
+        self.lm_done: dict[str, tuple[_Step, str]] = {}  # attempt -> LM's task_finished step
         self.gm_done: dict[str, _Step] = {}  # attempt -> GM's task_done step
+        # channel -> when other messages left through it (a worker's start reports)
+        self.other_sends: dict[str, list[float]] = defaultdict(list)
         self.arrivals: list[tuple[float, _Step]] = []  # (arrival, job_arrived step)
         self.lines = 0
 
@@ -121,17 +133,22 @@ class _Reader:
         elif kind in ("task_launched", "launch_refused", "preemption_refused"):
             self.lm_step.setdefault(attempt, step)
             if kind == "task_launched":
-                self.launched[attempt] = step.end
+                self.launched[attempt] = (step.end, svc)
         elif kind in ("task_queued", "task_started"):
+            if kind == "task_started":  # its start report leaves through the outbox, and
+                # its LM's task event a report's way later (there is no line for that)
+                self.other_sends[channel_of("worker_to_lm", svc, "")].append(step.end)
+                if e.get("lm"):
+                    self.other_sends[channel_of("task_event", e["lm"], "")].append(step.end)
             if not e.get("resumed") and not e.get("copy_of"):
                 known = self.received.get(attempt)
-                if known is None or step.end < known.end:
-                    self.received[attempt] = step
+                if known is None or step.end < known[0].end:
+                    self.received[attempt] = (step, svc)
         elif kind == "task_finished":
             if role == "worker":
-                self.worker_done[attempt] = step.end
+                self.worker_done[attempt] = (step.end, svc)
             else:
-                self.lm_done[attempt] = step
+                self.lm_done[attempt] = (step, svc)
         elif kind == "task_done":
             self.gm_done[attempt] = step
         elif kind == "job_arrived":
@@ -156,21 +173,25 @@ class _Reader:
             answered = self.answered.get(request)
             if answered is not None:
                 _add(hops["lm_reply"], step.end, answered[0].start, answered[1])
-        for attempt, launched in self.launched.items():
-            step = self.received.get(attempt)
-            if step is not None:
-                _add(hops["lm_to_worker"], launched, step.start)
-        for attempt, finished in self.worker_done.items():
-            step = self.lm_done.get(attempt)
-            if step is not None:
-                _add(hops["worker_to_lm"], finished, step.start)
-        for attempt, step in self.lm_done.items():
+        for attempt, (launched, lm) in self.launched.items():
+            received = self.received.get(attempt)
+            if received is not None:
+                _add(hops["lm_to_worker"], launched, received[0].start, 1,
+                     channel_of("lm_to_worker", lm, received[1]))
+        for attempt, (finished, worker) in self.worker_done.items():
+            taken = self.lm_done.get(attempt)
+            if taken is not None:
+                _add(hops["worker_to_lm"], finished, taken[0].start, 1,
+                     channel_of("worker_to_lm", worker, taken[1]))
+        for attempt, (step, lm) in self.lm_done.items():
             done = self.gm_done.get(attempt)
             if done is not None:
-                _add(hops["task_event"], step.end, done.start)
+                _add(hops["task_event"], step.end, done.start, 1,
+                     channel_of("task_event", lm, ""))
         for (svc, _), step in self.steps.items():
             if step.handle is not None:
                 out.steps[self.role[svc]].append(step)
+        out.other_sends = self.other_sends
         return out
 
 
@@ -180,11 +201,34 @@ _ROLE_OF = {"job_arrived": "gm", "task_placed": "gm", "preemption_requested": "g
             "task_queued": "worker", "task_started": "worker", "task_finished": "lm"}
 
 
-def _add(samples: list, sent: float | None, taken: float | None, items: int = 1) -> None:
+def _add(samples: list, sent: float | None, taken: float | None, items: int = 1,
+         channel: str = "") -> None:
     if sent is None or taken is None:
         return
     # one clock on one machine, stamps rounded to the microsecond: a hair below zero is zero
-    samples.append((max(0.0, taken - sent), items))
+    samples.append((max(0.0, taken - sent), items, channel, sent))
+
+
+def idle(samples: list[tuple], pace: float,
+         other_sends: Mapping[str, list[float]] | None = None) -> list[tuple]:
+    """The messages that found their outbox idle: nothing was sent on their channel in the
+    two paces before (the samples' own and `other_sends`), and the sample before had arrived
+    a pace before."""
+    by_channel: dict[str, list[tuple]] = defaultdict(list)
+    for sample in samples:
+        by_channel[sample[2]].append(sample)
+    out = []
+    for channel, messages in by_channel.items():
+        messages.sort(key=lambda m: m[3])
+        sends = np.sort(np.array([m[3] for m in messages] +
+                                 list((other_sends or {}).get(channel, ()))))
+        for before, message in zip(messages, messages[1:], strict=False):
+            sent = message[3]
+            earlier = np.searchsorted(sends, sent - 2 * pace, side="left")
+            last = np.searchsorted(sends, sent, side="left")  # sends strictly before it
+            if last == earlier and before[3] + before[0] <= sent - pace:
+                out.append(message)
+    return out
 
 
 def observe(events: Iterable[dict]) -> Observations:
@@ -197,12 +241,12 @@ def observe(events: Iterable[dict]) -> Observations:
 # -- the fits ----------------------------------------------------------------------------------
 
 
-def fit_hop(samples: list[tuple[float, int]], batched: bool = False) -> HopDelay:
+def fit_hop(samples: list[tuple], batched: bool = False) -> HopDelay:
     """A hop's distribution; where messages carry batches, less a per-item slope: the
     non-negative least-squares line through the medians of each batch size, weighted by how
     many messages had it (robust to a slow few)."""
-    delays = np.array([d for d, _ in samples], dtype=float)
-    items = np.array([n for _, n in samples], dtype=float)
+    delays = np.array([sample[0] for sample in samples], dtype=float)
+    items = np.array([sample[1] for sample in samples], dtype=float)
     per_item = 0.0
     if batched and len(set(items.tolist())) > 1:
         sizes = np.unique(items)
@@ -268,8 +312,14 @@ def fit_costs(steps: dict[str, list[_Step]]) -> ProcessingCosts:
     return dataclasses.replace(CALIBRATED, **fitted)
 
 
-def fit(events: Iterable[dict], source: dict | None = None) -> TimeModel:
-    """The model of time a services' log shows. Refuses a log that lacks a hop or steps."""
+def fit(events: Iterable[dict], source: dict | None = None,
+        paces: Mapping[str, float] | None = None,
+        overheads: Mapping[str, float] | None = None) -> TimeModel:
+    """The model of time a services' log shows, its outboxes paced by `paces` ([timing]'s
+    settings; default: the federation file's defaults); `overheads`: per role, each event's
+    CPU outside the core, measured on the processes (twin/services.py; none: 0). Refuses a
+    log that lacks a hop or steps."""
+    paces = paces or Timing().model_dump()
     seen = observe(events)
     if not seen.lines:
         raise InvalidInput("log", "has no scheduling events (task_placed, task_launched, ...)")
@@ -281,13 +331,29 @@ def fit(events: Iterable[dict], source: dict | None = None) -> TimeModel:
                                   f"needs {MIN_SAMPLES}; a log of this version's services, "
                                   f"with handle_s on {', '.join(_anchors(short))}, of a run "
                                   f"that finished tasks")
-    hops = {hop: fit_hop(seen.hops[hop], hop in BATCHED) for hop in measured}
-    hops["heartbeat"] = hops["task_event"]
+    hops, transit_from = {}, {}
+    for hop in measured:
+        samples = seen.hops[hop]
+        if hop in OUTBOXES:
+            quiet = idle(samples, paces[OUTBOXES[hop][1]], seen.other_sends)
+            transit_from[hop] = (f"{len(quiet)} messages that found the outbox idle"
+                                 if len(quiet) >= MIN_SAMPLES else
+                                 f"all {len(samples)} messages (only {len(quiet)} found the "
+                                 f"outbox idle)")
+            samples = quiet if len(quiet) >= MIN_SAMPLES else samples
+        hops[hop] = fit_hop(samples, hop in BATCHED)
+    hops["heartbeat"] = fit_hop(seen.hops["task_event"])  # whole delays: heartbeats are not
+    # batched in an outbox
     costs = fit_costs(seen.steps)
+    if overheads:
+        costs = dataclasses.replace(costs, **{f"{role}_overhead": seconds
+                                              for role, seconds in overheads.items()})
     provenance = {"lines": seen.lines,
                   "samples": {hop: len(seen.hops[hop]) for hop in measured},
                   "steps": {role: len(steps) for role, steps in seen.steps.items()},
-                  "heartbeat": "the task_event hop's distribution (RabbitMQ, not measured)"}
+                  "transit_from": transit_from,
+                  "paces": {OUTBOXES[hop][1]: paces[OUTBOXES[hop][1]] for hop in OUTBOXES},
+                  "heartbeat": "the task events' delays through RabbitMQ (not measured)"}
     return TimeModel(hops, costs, provenance | (source or {}))
 
 

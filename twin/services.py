@@ -7,12 +7,14 @@ process's event log, which `megha inspect` and the twin's fit read.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from common.errors import InvalidInput
 from common.federation import load_federation
 from loadgen.replay import FINAL_STATES, Replayer
 from loadgen.workload import ReplayJob
@@ -29,6 +31,34 @@ class ServicesRun:
     accepted: int
     unfinished: int  # accepted jobs that had not ended at the completion timeout
     not_accepted: int
+    # per service, from warm to the last completion: CPU seconds, core seconds, core events
+    busy: dict = field(default_factory=dict)
+
+    def overheads(self) -> dict[str, float]:
+        """Per role, the CPU a service spent per core event outside its core: HTTP, JSON,
+        the broker's client, the event log, timers (what `handle_s` does not see)."""
+        out = {}
+        for role in ("gm", "lm", "worker"):
+            spent = [b for b in self.busy.values() if b["role"] == role]
+            events = sum(b["events"] for b in spent)
+            if events > 0:
+                outside = sum(b["cpu_s"] - b["handle_s"] for b in spent)
+                out[role] = max(0.0, outside / events)
+        return out
+
+    def save(self) -> None:
+        """`run.json` beside the logs, for a later twin to judge against (--services-logs)."""
+        (self.logs / "run.json").write_text(json.dumps(asdict(self) | {"logs": str(self.logs)},
+                                                       indent=1))
+
+    @classmethod
+    def load(cls, logs: Path) -> ServicesRun:
+        try:
+            data = json.loads((logs / "run.json").read_text())
+        except (OSError, ValueError) as error:
+            raise InvalidInput("--services-logs", f"{logs} holds no services' run (run.json: "
+                                                  f"{error})") from None
+        return cls(**(data | {"logs": logs}))
 
 
 class Broker:
@@ -71,6 +101,7 @@ def run_on_services(config: Path, jobs: Sequence[ReplayJob], logs: Path, *,
         with federation:
             federation.wait_warm(timeout=120.0)
             warm = time.monotonic() - started
+            before = federation.busy()
             say(f"services: {len(federation.processes)} processes up and warm in {warm:.1f} s; "
                 f"replaying {len(jobs)} jobs")
             gms = {queue.name: (queue.gm, federation.endpoints.url(queue.gm))
@@ -79,9 +110,15 @@ def run_on_services(config: Path, jobs: Sequence[ReplayJob], logs: Path, *,
                                 log=lambda line: say(f"services: {line}"),
                                 tokens=federation.user_tokens)
             result = asyncio.run(replayer.run())
+            after = federation.busy()
             peak = federation.peak_rss_mib()
             processes = len(federation.processes)
     accepted = [o for o in result.outcomes if o.status == "accepted"]
-    return ServicesRun(logs, processes, result.wall_seconds, warm, peak, len(accepted),
-                       sum(o.state not in FINAL_STATES for o in accepted),
-                       len(result.outcomes) - len(accepted))
+    run = ServicesRun(logs, processes, result.wall_seconds, warm, peak, len(accepted),
+                      sum(o.state not in FINAL_STATES for o in accepted),
+                      len(result.outcomes) - len(accepted),
+                      {svc: {"role": b["role"]} | {k: b[k] - before[svc][k]
+                                                   for k in ("cpu_s", "handle_s", "events")}
+                       for svc, b in after.items() if svc in before})
+    run.save()
+    return run

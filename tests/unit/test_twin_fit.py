@@ -102,7 +102,7 @@ def test_known_delays_and_costs_are_recovered_from_hand_made_lines():
     assert close(costs.lm_item, 9 * US) and close(costs.lm_event, 15 * US)
     assert close(costs.lm_report, 4 * US)
     assert close(costs.worker_event, 40 * US)
-    assert model.hops["heartbeat"] == model.hops["task_event"]
+    assert close(model.hops["heartbeat"].at(0.5), KNOWN_DELAYS["task_event"])
     assert model.source["samples"]["lm_to_worker"] == sum(1 + j % 4 for j in range(60))
 
 
@@ -182,3 +182,25 @@ def test_a_hop_delay_is_drawn_from_its_quantiles():
     assert close(draws[2000], hop.at(0.5), 0.05)
     assert hop.quantiles[0] >= 0.0 and draws[0] >= hop.quantiles[0]
     assert observe([]).lines == 0
+
+
+def test_an_outbox_batches_what_is_sent_while_a_batch_waits_and_paces_the_next():
+    """lm_to_worker leaves through an outbox: one batch in flight, the next no sooner than
+    the pace after the last left; a message sent while a batch waits joins it."""
+    from common.commands import SendLaunch, StartOnWorker
+    from simulator.timemodel import CalibratedNetwork
+
+    hops = {hop: HopDelay.constant(0.001) for hop in HOPS}
+    hops["lm_to_worker"] = HopDelay.constant(0.004)
+    network = CalibratedNetwork(TimeModel(hops, CALIBRATED), random.Random(0),
+                                {"worker_launch_pace": 0.02, "report_pace": 0.1,
+                                 "task_event_pace": 0.05})
+    start = network.for_kind(StartOnWorker)
+    assert start("lm-1", "w0", 1.0, None) == pytest.approx(1.004)  # idle: leaves at once
+    assert start("lm-1", "w0", 1.0, None) == pytest.approx(1.004)  # same step: same batch
+    assert start("lm-1", "w0", 1.005, None) == pytest.approx(1.024)  # paced: leaves at 1.02
+    assert start("lm-1", "w0", 1.010, None) == pytest.approx(1.024)  # joins the waiting one
+    assert start("lm-1", "w1", 1.005, None) == pytest.approx(1.009)  # another channel
+    assert start("lm-1", "w0", 1.5, None) == pytest.approx(1.504)  # idle again
+    launch = network.for_kind(SendLaunch)  # a direct hop: each its own draw, no outbox
+    assert launch("gm-1", "lm-1", 2.0, SendLaunch("lm-1", "r", None, ())) == pytest.approx(2.001)
