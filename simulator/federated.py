@@ -43,7 +43,7 @@ from common.commands import (
     RunTask,
 )
 from common.errors import InvalidInput
-from common.events import HeartbeatReceived, JobSubmitted, TaskEventsReceived, TaskRunEnded, Tick
+from common.events import HeartbeatReceived, JobSubmitted, TaskRunEnded, Tick
 from common.federation import Federation
 from common.gm import GlobalMaster
 from common.lm import LocalMaster
@@ -53,6 +53,7 @@ from common.resources import Resources
 from common.routing import GM, LM, ROUTES, WORKER, Receiver, Route, StimulusIds
 from common.startlog import HANDLED_EVENTS, TIMED_EVENTS, gm_starting, lm_capacity
 from common.worker import WorkerAgent
+from simulator.calibrated import calibrated_delivery
 from simulator.engine import DelayModel, Engine
 from simulator.eventlog import SimLog
 from simulator.processing import CALIBRATED, ProcessingModel, parse_processing
@@ -123,7 +124,7 @@ class FederatedSimulation:
                                                         lm_timeout=math.inf),
                                                 topologies=topologies))
                     for gm in federation.gms}
-        self._last_heartbeat: dict[str, object] = {}
+        self.last_heartbeat: dict[str, object] = {}
         lm_options = federation.lm_options()
         self.lms = {t.lm: _Actor(t.lm, LocalMaster(t, heartbeat_interval=timing.heartbeat_interval,
                                                    worker_timeout=math.inf, **lm_options))
@@ -299,7 +300,7 @@ class FederatedSimulation:
         """The delivery of one command type, its route's pieces looked up once: the
         simulator routes millions of commands."""
         if self.network is not None and route.to is not Receiver.SELF:
-            return self._calibrated_delivery(kind, route)
+            return calibrated_delivery(self, kind, route)
         make, tag, caused, timed = route.event, route.tag, self.ids.caused, self.timed
         # each event goes one network delay later to its receiver's `receive`, in the engine's
         # FIFO lane (simulator/engine.py)
@@ -333,7 +334,7 @@ class FederatedSimulation:
 
             return to_self
         # Receiver.EVERY: the one route to every actor of a role, an LM's heartbeat to the GMs
-        gms, last = self.gms.values(), self._last_heartbeat
+        gms, last = self.gms.values(), self.last_heartbeat
 
         def to_every_gm(source: _Actor, command: PublishHeartbeat, cause: str, at: float,
                         took: float) -> None:
@@ -348,61 +349,6 @@ class FederatedSimulation:
                 at_fifo(at + delay(), gm.receive, delivery)
 
         return to_every_gm
-
-    def _calibrated_delivery(self, kind: type,
-                             route: Route) -> Callable[[_Actor, object, str, float, float], None]:
-        """`_delivery` with a time model: each message arrives when its hop's drawn delay and
-        its channel's order say (simulator/timemodel.py)."""
-        make, tag, caused, timed = route.event, route.tag, self.ids.caused, self.timed
-        arrival, at_fifo = self.network.for_kind(kind), self.engine.at_fifo
-        if kind is PublishTaskEvent:
-            return self._task_event_batches(route, arrival)
-        if route.to is Receiver.EVERY:
-            receivers = lambda source, command: self.gms.values()  # noqa: E731
-        elif route.to is Receiver.WORKERS_LM:
-            receivers = lambda source, command: (self.lms[self.worker_lm[source.svc]],)  # noqa: E731
-        else:
-            actors = {GM: self.gms, LM: self.lms, WORKER: self.workers}[route.role]
-            receivers = lambda source, command: (actors[route.name_of(command)],)  # noqa: E731
-        last = self._last_heartbeat
-
-        def deliver(source: _Actor, command, cause: str, at: float, took: float) -> None:
-            if route.to is Receiver.EVERY:  # an unchanged heartbeat changes nothing
-                if last.get(source.svc) is command.snapshot:
-                    return
-                last[source.svc] = command.snapshot
-            event = make(source.svc, command, caused(tag, cause))
-            delivery = (event, at) if timed else event
-            for receiver in receivers(source, command):
-                at_fifo(arrival(source.svc, receiver.svc, at, command), receiver.receive,
-                        delivery)
-
-        return deliver
-
-    def _task_event_batches(self, route: Route, arrival: Callable) -> Callable:
-        """Task events through the LM's outbox, as the services carry them: the events of
-        one batch for one GM arrive as one message, one `TaskEventsReceived` (one step of
-        the GM, one scheduling pass)."""
-        caused, timed, gms = self.ids.caused, self.timed, self.gms
-        batches: dict[tuple[str, str, float], tuple[list, float, str]] = {}
-
-        def arrive(key: tuple[str, str, float]) -> None:
-            events, sent, cause = batches.pop(key)
-            event = TaskEventsReceived(caused(route.tag, cause), tuple(events))
-            receiver = gms[key[1]]
-            receiver.receive((event, sent) if timed else event)
-
-        def deliver(source: _Actor, command: PublishTaskEvent, cause: str, at: float,
-                    took: float) -> None:
-            key = (source.svc, command.gm, arrival(source.svc, command.gm, at, command))
-            batch = batches.get(key)
-            if batch is not None:  # it joined a batch on its way: one message
-                batch[0].append(command.event)
-                return
-            batches[key] = ([command.event], at, cause)
-            self.engine.at(key[2], arrive, key)
-
-        return deliver
 
     # -- the driver's own effects: what the services do with these commands ------------------
 

@@ -20,6 +20,8 @@ from loadgen.replay import FINAL_STATES, Replayer
 from loadgen.workload import ReplayJob
 from services.local import LocalFederation, free_port_block, rabbitmq, rabbitmq_running
 
+IDLE_S = 3.0  # seconds of a warm, idle federation measured before the replay
+
 
 @dataclass(frozen=True)
 class ServicesRun:
@@ -31,18 +33,22 @@ class ServicesRun:
     accepted: int
     unfinished: int  # accepted jobs that had not ended at the completion timeout
     not_accepted: int
-    # per service, from warm to the last completion: CPU seconds, core seconds, core events
+    # per service, over the replay (`busy_s` seconds, from warm to the last completion): CPU
+    # seconds, core seconds, core events; and its CPU seconds per second when idle, before
     busy: dict = field(default_factory=dict)
+    busy_s: float = 0.0
 
     def overheads(self) -> dict[str, float]:
-        """Per role, the CPU a service spent per core event outside its core: HTTP, JSON,
-        the broker's client, the event log, timers (what `handle_s` does not see)."""
+        """Per role, the CPU a service spent per core event outside its core (HTTP, JSON, the
+        broker's client, the event log): its CPU over the replay, less its core's, less what
+        it spends idle (timers, heartbeats) over as long, per event."""
         out = {}
         for role in ("gm", "lm", "worker"):
             spent = [b for b in self.busy.values() if b["role"] == role]
             events = sum(b["events"] for b in spent)
             if events > 0:
-                outside = sum(b["cpu_s"] - b["handle_s"] for b in spent)
+                outside = sum(b["cpu_s"] - b["handle_s"] - b.get("idle_cpu_per_s", 0.0) *
+                              self.busy_s for b in spent)
                 out[role] = max(0.0, outside / events)
         return out
 
@@ -101,7 +107,11 @@ def run_on_services(config: Path, jobs: Sequence[ReplayJob], logs: Path, *,
         with federation:
             federation.wait_warm(timeout=120.0)
             warm = time.monotonic() - started
-            before = federation.busy()
+            idle_from, idle_at = federation.busy(), time.monotonic()
+            time.sleep(IDLE_S)  # what each service spends doing nothing: timers, heartbeats
+            before, replay_at = federation.busy(), time.monotonic()
+            idle = {svc: (before[svc]["cpu_s"] - b["cpu_s"]) / (replay_at - idle_at)
+                    for svc, b in idle_from.items() if svc in before}
             say(f"services: {len(federation.processes)} processes up and warm in {warm:.1f} s; "
                 f"replaying {len(jobs)} jobs")
             gms = {queue.name: (queue.gm, federation.endpoints.url(queue.gm))
@@ -110,15 +120,15 @@ def run_on_services(config: Path, jobs: Sequence[ReplayJob], logs: Path, *,
                                 log=lambda line: say(f"services: {line}"),
                                 tokens=federation.user_tokens)
             result = asyncio.run(replayer.run())
-            after = federation.busy()
+            after, busy_s = federation.busy(), time.monotonic() - replay_at
             peak = federation.peak_rss_mib()
             processes = len(federation.processes)
     accepted = [o for o in result.outcomes if o.status == "accepted"]
     run = ServicesRun(logs, processes, result.wall_seconds, warm, peak, len(accepted),
                       sum(o.state not in FINAL_STATES for o in accepted),
                       len(result.outcomes) - len(accepted),
-                      {svc: {"role": b["role"]} | {k: b[k] - before[svc][k]
-                                                   for k in ("cpu_s", "handle_s", "events")}
-                       for svc, b in after.items() if svc in before})
+                      {svc: {"role": b["role"], "idle_cpu_per_s": idle.get(svc, 0.0)} |
+                       {k: b[k] - before[svc][k] for k in ("cpu_s", "handle_s", "events")}
+                       for svc, b in after.items() if svc in before}, busy_s)
     run.save()
     return run
