@@ -9,6 +9,7 @@
 #   scripts/rabbitmq.sh url       print the AMQP URL services should use
 #   scripts/rabbitmq.sh vhost NAME        create a virtual host (if new), print its AMQP URL
 #   scripts/rabbitmq.sh delete-vhost NAME
+#   scripts/rabbitmq.sh vhosts            list the virtual hosts, one a line
 #
 # Environment: MEGHA_RABBITMQ_PORT (25672), MEGHA_RABBITMQ_USER (megha),
 # MEGHA_RABBITMQ_PASSWORD (megha-dev), MEGHA_RABBITMQ_HOME (/tmp/megha-rabbitmq).
@@ -75,5 +76,6 @@ case "${1:-}" in
     ctl set_permissions -p "$2" "$user" ".*" ".*" ".*" >/dev/null
     echo "amqp://$user:$password@127.0.0.1:$port/$2" ;;
   delete-vhost) ctl delete_vhost "$2" >/dev/null 2>&1 || true ;;
-  *) sed -n '2,16p' "$0"; exit 2 ;;
+  vhosts) ctl list_vhosts --quiet --no-table-headers 2>/dev/null ;;
+  *) sed -n '2,17p' "$0"; exit 2 ;;
 esac

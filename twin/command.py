@@ -45,7 +45,7 @@ from simulator.federated import FederatedSimulation, job_specs
 from simulator.timemodel import TimeModel
 from twin import compare
 from twin.fit import fit
-from twin.services import ServicesRun, run_on_services
+from twin.services import ServicesDidNotRun, ServicesRun, run_on_services
 
 ROOT = Path(__file__).resolve().parent.parent
 YH1_SUB = ROOT / "deploy" / "workloads" / "YH1_sub.tr"
@@ -61,6 +61,8 @@ MAX_PROCESSES = 120  # more service processes than this machine can start and ke
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("action", nargs="?", choices=("run", "calibrate"), default="run",
                         help="run (default): the three runs and their divergence; calibrate: "
                              "only fit a model of time on the services and write it to --out")
@@ -208,8 +210,16 @@ def simulate(federation: Federation, jobs: list[ReplayJob], name: str, log: Path
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.action == "calibrate":
-        return run_calibrate(args)
+    try:
+        if args.action == "calibrate":
+            return run_calibrate(args)
+        return run_twin(args)
+    except ServicesDidNotRun as error:
+        print(f"megha twin: {error}", file=sys.stderr)
+        return 1
+
+
+def run_twin(args: argparse.Namespace) -> int:
     if args.trace is None and args.alibaba is None and args.poisson is None and \
             getattr(args, "like", None) is None:
         defaults = _workload_parser().parse_args(shlex.split(DEFAULT_WORKLOAD))

@@ -21,6 +21,7 @@ from loadgen.workload import ReplayJob
 from services.local import LocalFederation, free_port_block, rabbitmq, rabbitmq_running
 
 IDLE_S = 3.0  # seconds of a warm, idle federation measured before the replay
+VHOST_PREFIX = "megha-twin-"
 
 
 @dataclass(frozen=True)
@@ -82,15 +83,18 @@ class Broker:
         if self.given is None:
             self._started = not rabbitmq_running()
             rabbitmq("start")
-            self._vhost = f"megha-twin-{uuid.uuid4().hex[:8]}"
+            self._vhost = f"{VHOST_PREFIX}{uuid.uuid4().hex[:8]}"
             self.url = rabbitmq("vhost", self._vhost)
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._started:
-            rabbitmq("stop")
-        elif self._vhost:
+        if self._vhost:
             rabbitmq("delete-vhost", self._vhost)
+        # a broker this run started is stopped, unless another twin still has a virtual host
+        # on it (it found the broker running and counts on it)
+        if self._started and not any(name.startswith(VHOST_PREFIX)
+                                     for name in rabbitmq("vhosts").split()):
+            rabbitmq("stop")
 
 
 def run_on_services(config: Path, jobs: Sequence[ReplayJob], logs: Path, *,
@@ -98,6 +102,18 @@ def run_on_services(config: Path, jobs: Sequence[ReplayJob], logs: Path, *,
                     say: Callable[[str], None] = print) -> ServicesRun:
     """Start the federation of `config`, wait until it is warm, replay `jobs` open loop,
     wait for them to end (at most `grace` seconds after the last arrival), stop it."""
+    try:
+        return _run(config, jobs, logs, amqp_url, grace, say)
+    except (RuntimeError, TimeoutError) as error:  # a process that exited, or never answered
+        raise ServicesDidNotRun(f"the services did not run {config}: {error}") from None
+
+
+class ServicesDidNotRun(RuntimeError):
+    """A service process exited or never became healthy or warm (its log says why)."""
+
+
+def _run(config: Path, jobs: Sequence[ReplayJob], logs: Path, amqp_url: str | None,
+         grace: float, say: Callable[[str], None]) -> ServicesRun:
     with Broker(amqp_url) as broker:
         started = time.monotonic()
         shape = load_federation(config.read_text(), str(config))

@@ -204,3 +204,30 @@ def test_an_outbox_batches_what_is_sent_while_a_batch_waits_and_paces_the_next()
     assert start("lm-1", "w0", 1.5, None) == pytest.approx(1.504)  # idle again
     launch = network.for_kind(SendLaunch)  # a direct hop: each its own draw, no outbox
     assert launch("gm-1", "lm-1", 2.0, SendLaunch("lm-1", "r", None, ())) == pytest.approx(2.001)
+
+
+def test_the_overhead_is_the_cpu_outside_the_core_less_the_idle_cpu_per_event():
+    from twin.services import ServicesRun
+
+    run = ServicesRun(Path("/x"), 3, 10.0, 1.0, 0.0, 5, 0, 0, busy={
+        "gm-1": {"role": "gm", "cpu_s": 2.0, "handle_s": 0.5, "events": 1000,
+                 "idle_cpu_per_s": 0.05},
+        "lm-1": {"role": "lm", "cpu_s": 1.0, "handle_s": 0.2, "events": 500,
+                 "idle_cpu_per_s": 0.0},
+        "lm-2": {"role": "lm", "cpu_s": 1.0, "handle_s": 0.2, "events": 500,
+                 "idle_cpu_per_s": 0.0}}, busy_s=10.0)
+    overheads = run.overheads()
+    assert overheads["gm"] == pytest.approx((2.0 - 0.5 - 0.5) / 1000)
+    assert overheads["lm"] == pytest.approx(1.6 / 1000)
+    assert "worker" not in overheads  # no worker measured: the model keeps 0
+
+
+def test_a_message_counts_as_idle_only_after_two_quiet_paces():
+    from twin.fit import idle
+
+    pace = 0.1
+    samples = [(0.002, 1, "w0", 0.0), (0.002, 1, "w0", 0.05),  # within a pace: not idle
+               (0.002, 1, "w0", 0.5),  # quiet since 0.052: idle
+               (0.002, 1, "w0", 1.0)]  # a start report went at 0.9: not idle
+    quiet = idle(samples, pace, {"w0": [0.9]})
+    assert [m[3] for m in quiet] == [0.5]
