@@ -82,10 +82,7 @@ def main() -> None:
     args = parser.parse_args()
     steps = timed_steps(args.jobs, args.schedulers.split(","))
     for role, rows in sorted(steps.items()):
-        # the overheads are outside the cores (a services' measurement, twin/fit.py): every
-        # step counts one, so here they would only split the per-event constant
-        names = sorted({name for counted, _ in rows for name in counted
-                        if not name.endswith("_overhead")})
+        names = sorted({name for counted, _ in rows for name in counted})
         counts = np.array([[counted.get(name, 0) for name in names] for counted, _ in rows],
                           dtype=float)
         seconds = np.array([spent for _, spent in rows])

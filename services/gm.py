@@ -350,6 +350,7 @@ class GMService:
         return (placed - placed_then) / (now - then) if now - then >= 1.0 else 0.0
 
     async def _on_job_message(self, body: bytes) -> None:
+        self.runner.received()
         message = json.loads(body)
         job_id, arrival = message["job_id"], message["arrival"]
         sub = JobSubmission.model_validate(message["job"])
@@ -370,6 +371,7 @@ class GMService:
     async def _on_task_events(self, body: bytes) -> None:
         """One LM's batch: finishes committed (one transaction) before the acknowledgement,
         so a restarted GM never reruns them; then the core takes them all, and schedules once."""
+        self.runner.received()
         batch = TaskEventBatchWire.model_validate_json(body)
         events = tuple(task_event_from_wire(wire) for wire in batch.events)
         self.store.tasks_done([(e.job_id, e.task_id, e.runtime or 0.0) for e in events
@@ -378,6 +380,7 @@ class GMService:
         self.runner.handle(TaskEventsReceived(self.runner.stimulus("task_events"), events))
 
     async def _on_heartbeat(self, body: bytes) -> None:
+        self.runner.received()
         wire = LMSnapshotWire.model_validate_json(body)
         self.runner.handle(heartbeat_from_wire(wire, self.runner.stimulus("heartbeat"),
                                                self.topologies))
@@ -626,7 +629,7 @@ def create_app(service: GMService) -> FastAPI:
                 "backlog": service.backlog(), "backlog_limit": service.backlog_limit}
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    add_shared_routes(app, service.core, service.runner.registry)
+    add_shared_routes(app, service.core, service.runner.registry, service.runner.received)
     return seal(app)
 
 

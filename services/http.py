@@ -230,10 +230,13 @@ def lifespan_of(service) -> Callable:
     return lifespan
 
 
-def add_shared_routes(app, core, registry) -> None:
+def add_shared_routes(app, core, registry, on_request: Callable[[], None] | None = None) -> None:
     """What every service answers: the story of an id and its Prometheus metrics; and the
-    refusals of any route, in its OpenAPI document (`document_refusals`)."""
+    refusals of any route, in its OpenAPI document (`document_refusals`). `on_request` is
+    called for each request but those two and /healthz (CoreRunner.received)."""
     document_refusals(app)
+    if on_request is not None:
+        app.add_middleware(CountRequests, on_request=on_request)
 
     # Starlette's path convertor does not match a line break: a key holding one finds no route
     @app.get("/v1/debug/story/{key:path}", responses={404: {
@@ -244,6 +247,22 @@ def add_shared_routes(app, core, registry) -> None:
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(generate_latest(registry).decode())
+
+
+class CountRequests:
+    """A pure ASGI middleware (no per-request task, unlike @app.middleware): counts the
+    requests that do the service's work."""
+
+    NOT_COUNTED = ("/metrics", "/healthz")
+
+    def __init__(self, app, on_request: Callable[[], None]) -> None:
+        self.app = app
+        self.on_request = on_request
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope.get("path") not in self.NOT_COUNTED:
+            self.on_request()
+        await self.app(scope, receive, send)
 
 
 def required_env(name: str) -> str:

@@ -591,7 +591,7 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
                 "backlogged": service.core.backlogged}
 
 
-    add_shared_routes(app, service.core, service.runner.registry)
+    add_shared_routes(app, service.core, service.runner.registry, service.runner.received)
     return seal(app)
 
 

@@ -193,8 +193,9 @@ class LocalFederation:
 
     def busy(self) -> dict[str, dict[str, float]]:
         """Per running service, what it has spent so far: its process's CPU seconds (user and
-        system, every thread), its core's seconds in `handle` and the events it handled (its
-        /metrics). The difference of two readings is what a stretch of work cost."""
+        system, every thread), its core's seconds in `handle`, the events it handled and the
+        messages it took in (its /metrics). The difference of two readings is what a stretch
+        of work cost."""
         ticks = os.sysconf("SC_CLK_TCK")
         out = {}
         with httpx.Client(timeout=5) as client:
@@ -208,7 +209,8 @@ class LocalFederation:
                 cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
                 out[service] = {"role": self.roles[service], "cpu_s": cpu,
                                 "handle_s": _metric_sum(text, "megha_core_handle_seconds_sum"),
-                                "events": _metric_sum(text, "megha_core_events_total")}
+                                "events": _metric_sum(text, "megha_core_events_total"),
+                                "messages": _metric_sum(text, "megha_messages_total")}
         return out
 
     def peak_rss_mib(self) -> float:

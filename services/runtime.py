@@ -37,10 +37,18 @@ class CoreRunner:
             "megha_core_handle_seconds", "Time the core spends on one event", ["event"],
             registry=self.registry,
             buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0))
+        # what the service took in: HTTP requests (but /metrics, /healthz) and broker
+        # messages, each a price outside the core (`megha twin` measures it per message)
+        self.messages_total = Counter("megha_messages_total", "Messages taken in: HTTP "
+                                      "requests and broker messages", registry=self.registry)
         self._tasks: set[asyncio.Task] = set()
         # per event type: its counter and histogram children (labels() is a dict lookup
         # under a lock, paid twice per event otherwise)
         self._metrics: dict[type, tuple] = {}
+
+    def received(self) -> None:
+        """One more message taken in."""
+        self.messages_total.inc()
 
     def on(self, command_type: type, executor: Callable) -> None:
         self.executors[command_type] = executor

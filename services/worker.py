@@ -446,7 +446,7 @@ def create_app(federation: Federation, worker_id: str, endpoints: Endpoints, *,
                 "lm_reachable": service.lm_link.reachable}
 
 
-    add_shared_routes(app, service.core, service.runner.registry)
+    add_shared_routes(app, service.core, service.runner.registry, service.runner.received)
     return seal(app)
 
 

@@ -26,7 +26,7 @@ def calibrated_delivery(sim: FederatedSimulation, kind: type, route: Route) -> D
     if kind is PublishTaskEvent:
         return _task_event_batches(sim, route, arrival)
     make, tag, caused, timed = route.event, route.tag, sim.ids.caused, sim.timed
-    at_fifo, last = sim.engine.at_fifo, sim.last_heartbeat
+    at_fifo, last, network = sim.engine.at_fifo, sim.last_heartbeat, sim.network
     if route.to is Receiver.EVERY:
         def receivers(source, command):
             return sim.gms.values()
@@ -45,9 +45,11 @@ def calibrated_delivery(sim: FederatedSimulation, kind: type, route: Route) -> D
                 return
             last[source.svc] = command.snapshot
         event = make(source.svc, command, caused(tag, cause))
-        delivery = (event, at) if timed else event
         for receiver in receivers(source, command):
-            at_fifo(arrival(source.svc, receiver.svc, at, command), receiver.receive, delivery)
+            network.joined = False
+            when = arrival(source.svc, receiver.svc, at, command)
+            # an event that joined a batch on its way came in that batch's message
+            at_fifo(when, receiver.receive, (event, at, not network.joined) if timed else event)
 
     return deliver
 

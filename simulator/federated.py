@@ -193,7 +193,7 @@ class FederatedSimulation:
 
     def _submitted(self, job: JobSpec) -> None:
         self._now_to(self.gms[self.queue_gm[job.user]], JobSubmitted(self.ids.new("submit"),
-                                                                     job))
+                                                                     job), message=True)
 
     def _reject(self, gm: _Actor, job: JobSpec, error: InvalidInput) -> None:
         self.outcome.rejected[job.job_id] = str(error)
@@ -208,11 +208,12 @@ class FederatedSimulation:
         self.engine.at(self.engine.now + self.federation.timing.heartbeat_interval,
                        self._tick, actor)
 
-    def _now_to(self, actor: _Actor, event) -> None:
+    def _now_to(self, actor: _Actor, event, message: bool = False) -> None:
         """An event from outside the cores (a submission, a tick, a task's end) for `actor`
-        now: with processing time it joins the inbox, as a service's timer or request does."""
+        now: with processing time it joins the inbox, as a service's timer or request does
+        (`message`: a request, which costs a time model's overhead)."""
         if self.timed:
-            self._arrive(actor, (event, self.engine.now))
+            self._arrive(actor, (event, self.engine.now, message))
         else:
             self._handle(actor, event)
 
@@ -220,17 +221,23 @@ class FederatedSimulation:
 
     def _arrive(self, actor: _Actor, delivery: tuple) -> None:
         """With processing time: an event reaches its service's inbox; a free service takes
-        it at once, a busy one when it is done with those before it."""
-        event, sent = delivery
-        actor.inbox.append((event, sent, self.engine.now))
+        it at once, a busy one when it is done with those before it. `delivery`: (event,
+        sent), or (event, sent, message): whether it came in a message of its own (not: a
+        timer, or the second event of a batch), which costs a time model's overhead."""
+        actor.inbox.append((*delivery, self.engine.now) if len(delivery) == 3 else
+                           (delivery[0], delivery[1], True, self.engine.now))
         if not actor.busy:
             self._serve(actor)
 
     def _serve(self, actor: _Actor) -> None:
-        event, sent, arrived = actor.inbox.popleft()
+        event, sent, message, arrived = actor.inbox.popleft()
         now = self.engine.now
         actor.busy = True
         took = self._handle(actor, event, now - arrived, arrived - sent)
+        if message and self.model is not None:
+            # the service's framework takes the message in (a time model's overhead, else 0):
+            # the hops' delays already hold it for this event, so it holds up the next one
+            took += self.model.overhead(actor.core)
         self.engine.at(now + took, self._next, actor)
 
     def _next(self, actor: _Actor) -> None:
@@ -254,7 +261,7 @@ class FederatedSimulation:
                 decided = counters["decisions_total"] if counters is not None else 0
                 commands = core.handle(event, now)
                 decisions = counters["decisions_total"] - decided if counters else 0
-                took, busy = self.model.cost_and_overhead(core, event, commands, decisions)
+                took = self.model.cost(core, event, commands, decisions)
             else:
                 commands = core.handle(event, now)
                 took = 0.0
@@ -272,10 +279,7 @@ class FederatedSimulation:
             if route is None:
                 raise InvariantBroken(f"{actor.svc}: no route for {command!r}")
             route(actor, command, cause, done, took)
-        # the service stays busy with the event's overhead outside its core (a time model's:
-        # HTTP, JSON, the broker's client), which the hops' delays measured already hold for
-        # what it sends: it holds up the service's next event, not this one's messages
-        return took + busy if self.model is not None else took
+        return took
 
     def _stamps(self, event, commands: list, took: float, wait: float,
                 flight: float) -> dict[str, dict]:

@@ -79,10 +79,11 @@ class ProcessingCosts:
     # lm_event); a time model fitted on the services' logs measures it (twin/fit.py)
     lm_report: float = 0.0
     worker_event: float = 6.1 * US  # a worker agent, any event (a start, an end). fit
-    # Each event's cost outside the core, per role: the HTTP server and client, JSON and the
-    # wire models, the broker's client, the event log, timers. 0 here (this fit timed the
-    # cores alone); a time model fitted on the services measures it from their processes' CPU
-    # time less their cores' (twin/fit.py)
+    # Each message's cost outside the core, per role (an HTTP request or a broker message; a
+    # batch of reports is one): the HTTP server and client, JSON and the wire models, the
+    # broker's client, the event log. 0 here (this fit timed the cores alone); a time model
+    # fitted on the services measures it from their processes' CPU time less their cores'
+    # (twin/services.py). Not an operation: the driver charges it per message it delivers
     gm_overhead: float = 0.0
     lm_overhead: float = 0.0
     worker_overhead: float = 0.0
@@ -132,17 +133,14 @@ class ProcessingModel:
         return sum(getattr(costs, name) * count
                    for name, count in operations(core, event, commands, decisions).items())
 
-    def cost_and_overhead(self, core: object, event: object, commands: Sequence[object],
-                          decisions: int) -> tuple[float, float]:
-        """`cost`, split: the core's own time, and the overhead outside it (the *_overhead
-        operations: the service's framework, which keeps it busy after the core is done)."""
-        costs, core_s, outside = self.costs, 0.0, 0.0
-        for name, count in operations(core, event, commands, decisions).items():
-            if name.endswith("_overhead"):
-                outside += getattr(costs, name) * count
-            else:
-                core_s += getattr(costs, name) * count
-        return core_s, outside
+    def overhead(self, core: object) -> float:
+        """What one message costs `core`'s service outside the core."""
+        costs = self.costs
+        if isinstance(core, GlobalMaster):
+            return costs.gm_overhead
+        if isinstance(core, LocalMaster):
+            return costs.lm_overhead
+        return costs.worker_overhead
 
     def own_work(self, line: str, event: object) -> float | None:
         """The part of a step's cost that is one task's own work, for its log line `line`
@@ -166,11 +164,11 @@ def operations(core: object, event: object, commands: Sequence[object],
         return _gm_operations(event, decisions)
     if isinstance(core, LocalMaster):
         return _lm_operations(core, event, commands)
-    return {"worker_event": 1, "worker_overhead": 1}
+    return {"worker_event": 1}
 
 
 def _gm_operations(event: object, decisions: int) -> dict[str, int]:
-    out = {"gm_event": 1, "gm_overhead": 1, "gm_decision": decisions}
+    out = {"gm_event": 1, "gm_decision": decisions}
     kind = type(event)
     if kind is JobSubmitted:
         out["gm_job"] = 1
@@ -192,7 +190,7 @@ def _gm_operations(event: object, decisions: int) -> dict[str, int]:
 
 def _lm_operations(core: LocalMaster, event: object,
                    commands: Sequence[object]) -> dict[str, int]:
-    out = {"lm_event": 1, "lm_overhead": 1}
+    out = {"lm_event": 1}
     if type(event) in _WORKER_REPORTS:
         out["lm_report"] = 1
     elif type(event) is LaunchRequested:

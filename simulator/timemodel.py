@@ -107,6 +107,9 @@ class HopDelay:
     quantiles: tuple[float, ...]
     per_item: float = 0.0
     samples: int = 0  # how many messages it was fitted on (0: set by hand)
+    # the largest batch it was fitted on: a larger one is charged as that (0: no bound); the
+    # slope is not extrapolated beyond what was measured
+    max_items: int = 0
 
     def __post_init__(self) -> None:
         q = self.quantiles
@@ -125,7 +128,10 @@ class HopDelay:
         q = self.quantiles
         x = min(max(probability, 0.0), 1.0) * (len(q) - 1)
         i = min(int(x), len(q) - 2)
-        return max(0.0, q[i] + (q[i + 1] - q[i]) * (x - i) + self.per_item * items)
+        return max(0.0, q[i] + (q[i + 1] - q[i]) * (x - i) + self.per_item * self._bounded(items))
+
+    def _bounded(self, items: int) -> int:
+        return min(items, self.max_items) if self.max_items else items
 
     def sampler(self, rng: random.Random) -> Callable[[int], float]:
         """Draws of the delay for a message of so many items."""
@@ -133,17 +139,18 @@ class HopDelay:
         if q[0] == q[-1] and per_item == 0.0:
             value = max(0.0, q[0])
             return lambda items=1: value
+        bounded = self._bounded
 
         def draw(items: int = 1) -> float:
             x = rng.random() * last
             i = int(x)
-            return max(0.0, q[i] + (q[i + 1] - q[i]) * (x - i) + per_item * items)
+            return max(0.0, q[i] + (q[i + 1] - q[i]) * (x - i) + per_item * bounded(items))
 
         return draw
 
     def to_json(self) -> dict:
         return {"quantiles": list(self.quantiles), "per_item": self.per_item,
-                "samples": self.samples}
+                "samples": self.samples, "max_items": self.max_items}
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +203,8 @@ class TimeModel:
             try:
                 hops[hop] = HopDelay(tuple(float(v) for v in entry["quantiles"]),
                                      float(entry.get("per_item", 0.0)),
-                                     int(entry.get("samples", 0)))
+                                     int(entry.get("samples", 0)),
+                                     int(entry.get("max_items", 0)))
             except (KeyError, TypeError, ValueError) as error:
                 raise InvalidInput(f"{where}: hops.{hop}", str(error)) from None
         known = {f.name for f in fields(ProcessingCosts)}
@@ -245,6 +253,9 @@ class CalibratedNetwork:
         self.draw = {hop: model.hops[hop].sampler(rng) for hop in HOPS}
         self.paces = paces
         self._outboxes: dict[str, _Outbox] = {}
+        # whether the last message given an arrival joined a batch on its way (it then shares
+        # that batch's message: one request, one price at the receiver)
+        self.joined = False
 
     def for_kind(self, kind: type) -> Callable[[str, str, float, object], float]:
         """The arrival time of one message type: (sender, receiver, sent at, command)."""
@@ -265,7 +276,9 @@ class CalibratedNetwork:
             if box is None:
                 box = boxes[key] = _Outbox()
             if box.depart >= at:  # a batch still waits to leave: this joins it
+                self.joined = True
                 return box.arrive
+            self.joined = False
             depart = max(at, box.next_at, box.arrive if one_in_flight else at)
             box.depart, box.next_at = depart, depart + pace
             box.arrive = depart + draw()

@@ -54,8 +54,10 @@ YH1_SUB = ROOT / "deploy" / "workloads" / "YH1_sub.tr"
 # of 1,000 slots busy on average (bursts above: its jobs are wide)
 DEFAULT_WORKLOAD = f"--trace {YH1_SUB} --jobs 200 --time-scale 0.01 --duration-scale 0.001"
 # The calibration workload: another source and other shapes than the default judged one,
-# constrained (placement constraints make refusals and repartitions), about 100 tasks/s
-DEFAULT_CALIBRATION = ("--poisson 5 --count 100 --width uniform:1,40 --duration exp:1 "
+# constrained (placement constraints make refusals and repartitions), about 140 tasks/s. Its
+# widths span 1 to 256 tasks so that every hop is measured over the batch sizes wide jobs
+# make (a slope per item is not extrapolated past the largest batch measured)
+DEFAULT_CALIBRATION = ("--poisson 2 --count 60 --width choice:1,4,16,64,256 --duration exp:1 "
                        "--constraints")
 MAX_PROCESSES = 120  # more service processes than this machine can start and keep warm
 

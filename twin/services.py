@@ -40,17 +40,18 @@ class ServicesRun:
     busy_s: float = 0.0
 
     def overheads(self) -> dict[str, float]:
-        """Per role, the CPU a service spent per core event outside its core (HTTP, JSON, the
-        broker's client, the event log): its CPU over the replay, less its core's, less what
-        it spends idle (timers, heartbeats) over as long, per event."""
+        """Per role, the CPU a service spent per message it took in (an HTTP request, a
+        broker message: a batch of reports is one) outside its core (HTTP, JSON, the broker's
+        client, the event log): its CPU over the replay, less its core's, less what it spends
+        idle (timers, heartbeats) over as long, per message."""
         out = {}
         for role in ("gm", "lm", "worker"):
             spent = [b for b in self.busy.values() if b["role"] == role]
-            events = sum(b["events"] for b in spent)
-            if events > 0:
+            messages = sum(b.get("messages", b["events"]) for b in spent)
+            if messages > 0:
                 outside = sum(b["cpu_s"] - b["handle_s"] - b.get("idle_cpu_per_s", 0.0) *
                               self.busy_s for b in spent)
-                out[role] = max(0.0, outside / events)
+                out[role] = max(0.0, outside / messages)
         return out
 
     def save(self) -> None:
@@ -144,7 +145,8 @@ def _run(config: Path, jobs: Sequence[ReplayJob], logs: Path, amqp_url: str | No
                       sum(o.state not in FINAL_STATES for o in accepted),
                       len(result.outcomes) - len(accepted),
                       {svc: {"role": b["role"], "idle_cpu_per_s": idle.get(svc, 0.0)} |
-                       {k: b[k] - before[svc][k] for k in ("cpu_s", "handle_s", "events")}
+                       {k: b[k] - before[svc][k]
+                        for k in ("cpu_s", "handle_s", "events", "messages")}
                        for svc, b in after.items() if svc in before}, busy_s)
     run.save()
     return run
