@@ -234,10 +234,11 @@ class FederatedSimulation:
         now = self.engine.now
         actor.busy = True
         took = self._handle(actor, event, now - arrived, arrived - sent)
-        if message and self.model is not None:
-            # the service's framework takes the message in (a time model's overhead, else 0):
-            # the hops' delays already hold it for this event, so it holds up the next one
-            took += self.model.overhead(actor.core)
+        if self.model is not None:
+            # the service's framework takes the event (and its message) in: a time model's
+            # overhead, else 0; the hops' delays already hold it for this event, so it holds
+            # up the next one
+            took += self.model.overhead(actor.core, message)
         self.engine.at(now + took, self._next, actor)
 
     def _next(self, actor: _Actor) -> None:

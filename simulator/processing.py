@@ -87,6 +87,10 @@ class ProcessingCosts:
     gm_overhead: float = 0.0
     lm_overhead: float = 0.0
     worker_overhead: float = 0.0
+    # and each core event's (an item of a message: a start, a report), beyond its message's
+    gm_event_overhead: float = 0.0
+    lm_event_overhead: float = 0.0
+    worker_event_overhead: float = 0.0
 
 
     def scaled(self, factor: float) -> ProcessingCosts:
@@ -133,14 +137,15 @@ class ProcessingModel:
         return sum(getattr(costs, name) * count
                    for name, count in operations(core, event, commands, decisions).items())
 
-    def overhead(self, core: object) -> float:
-        """What one message costs `core`'s service outside the core."""
+    def overhead(self, core: object, message: bool) -> float:
+        """What one event costs `core`'s service outside the core: its own part, and its
+        message's if it came in one of its own (`message`)."""
         costs = self.costs
         if isinstance(core, GlobalMaster):
-            return costs.gm_overhead
+            return costs.gm_event_overhead + (costs.gm_overhead if message else 0.0)
         if isinstance(core, LocalMaster):
-            return costs.lm_overhead
-        return costs.worker_overhead
+            return costs.lm_event_overhead + (costs.lm_overhead if message else 0.0)
+        return costs.worker_event_overhead + (costs.worker_overhead if message else 0.0)
 
     def own_work(self, line: str, event: object) -> float | None:
         """The part of a step's cost that is one task's own work, for its log line `line`

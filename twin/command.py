@@ -186,9 +186,9 @@ def calibrate(args: argparse.Namespace, federation: Federation, config: Path, fo
 
 
 def fit_logs(folder: Path, federation: Federation, source: dict,
-             overheads: dict[str, float] | None = None) -> TimeModel:
+             overheads: dict[str, tuple[float, float]] | None = None) -> TimeModel:
     """The model of time the services' logs in `folder` show, on `federation`'s paces, with
-    the per-event overheads measured on their processes."""
+    the overheads (per message, per event) measured on their processes."""
     return fit(read_events([str(folder)], ReadCounts()),
                source | {"fitted_at": time.strftime("%Y-%m-%d %H:%M:%S"), "logs": str(folder),
                          "overheads_s": overheads or {}},

@@ -321,11 +321,11 @@ def fit_costs(steps: dict[str, list[_Step]]) -> ProcessingCosts:
 
 def fit(events: Iterable[dict], source: dict | None = None,
         paces: Mapping[str, float] | None = None,
-        overheads: Mapping[str, float] | None = None) -> TimeModel:
+        overheads: Mapping[str, tuple[float, float]] | None = None) -> TimeModel:
     """The model of time a services' log shows, its outboxes paced by `paces` ([timing]'s
-    settings; default: the federation file's defaults); `overheads`: per role, each event's
-    CPU outside the core, measured on the processes (twin/services.py; none: 0). Refuses a
-    log that lacks a hop or steps."""
+    settings; default: the federation file's defaults); `overheads`: per role, the CPU
+    outside the core per message and per core event, measured on the processes
+    (twin/services.py; none: 0). Refuses a log that lacks a hop or steps."""
     paces = paces or Timing().model_dump()
     seen = observe(events)
     if not seen.lines:
@@ -352,9 +352,9 @@ def fit(events: Iterable[dict], source: dict | None = None,
     hops["heartbeat"] = fit_hop(seen.hops["task_event"])  # whole delays: heartbeats are not
     # batched in an outbox
     costs = fit_costs(seen.steps)
-    if overheads:
-        costs = dataclasses.replace(costs, **{f"{role}_overhead": seconds
-                                              for role, seconds in overheads.items()})
+    for role, (per_message, per_event) in (overheads or {}).items():
+        costs = dataclasses.replace(costs, **{f"{role}_overhead": per_message,
+                                              f"{role}_event_overhead": per_event})
     provenance = {"lines": seen.lines,
                   "samples": {hop: len(seen.hops[hop]) for hop in measured},
                   "steps": {role: len(steps) for role, steps in seen.steps.items()},

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import numpy as np
+from scipy.optimize import nnls
 
 from common.errors import InvalidInput
 from common.federation import load_federation
@@ -22,6 +26,7 @@ from services.local import LocalFederation, free_port_block, rabbitmq, rabbitmq_
 
 IDLE_S = 3.0  # seconds of a warm, idle federation measured before the replay
 VHOST_PREFIX = "megha-twin-"
+WINDOW_S = 2.0  # how often every service's spending is read during a replay
 
 
 @dataclass(frozen=True)
@@ -38,20 +43,26 @@ class ServicesRun:
     # seconds, core seconds, core events; and its CPU seconds per second when idle, before
     busy: dict = field(default_factory=dict)
     busy_s: float = 0.0
+    # per service, the same read every WINDOW_S from the idle stretch to the end: rows of
+    # (seconds, CPU seconds, core seconds, messages, core events), each a window's increase
+    windows: dict = field(default_factory=dict)
 
-    def overheads(self) -> dict[str, float]:
-        """Per role, the CPU a service spent per message it took in (an HTTP request, a
-        broker message: a batch of reports is one) outside its core (HTTP, JSON, the broker's
-        client, the event log): its CPU over the replay, less its core's, less what it spends
-        idle (timers, heartbeats) over as long, per message."""
+    def overheads(self) -> dict[str, tuple[float, float]]:
+        """Per role, the CPU a service spends outside its core (HTTP, JSON, the broker's
+        client, the event log), as (per message taken in, per core event): the non-negative
+        least-squares fit, over every window of every service of the role, of the CPU outside
+        the core on the window's seconds (timers, heartbeats: not charged), messages and
+        events. Windows of few and of wide jobs differ in events per message, which is what
+        tells a message's price from its items'."""
         out = {}
         for role in ("gm", "lm", "worker"):
-            spent = [b for b in self.busy.values() if b["role"] == role]
-            messages = sum(b.get("messages", b["events"]) for b in spent)
-            if messages > 0:
-                outside = sum(b["cpu_s"] - b["handle_s"] - b.get("idle_cpu_per_s", 0.0) *
-                              self.busy_s for b in spent)
-                out[role] = max(0.0, outside / messages)
+            rows = [row for svc, rows in self.windows.items()
+                    if self.busy.get(svc, {}).get("role") == role for row in rows]
+            if len(rows) >= 3:
+                data = np.array(rows, dtype=float)
+                design = data[:, [0, 3, 4]]
+                (_, per_message, per_event), _ = nnls(design, data[:, 1] - data[:, 2])
+                out[role] = (float(per_message), float(per_event))
         return out
 
     def save(self) -> None:
@@ -67,6 +78,38 @@ class ServicesRun:
             raise InvalidInput("--services-logs", f"{logs} holds no services' run (run.json: "
                                                   f"{error})") from None
         return cls(**(data | {"logs": logs}))
+
+
+class _Windows(threading.Thread):
+    """Reads every service's spending each WINDOW_S in the background while the replay runs
+    (the main thread is the replayer's), and keeps each window's increase."""
+
+    def __init__(self, federation: LocalFederation, first: dict) -> None:
+        super().__init__(name="twin-windows", daemon=True)
+        self.federation = federation
+        self.rows: dict[str, list[list[float]]] = {}
+        self._last, self._last_at = first, time.monotonic()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def take(self, reading: dict) -> None:
+        with self._lock:
+            now = time.monotonic()
+            for svc, b in reading.items():
+                last = self._last.get(svc)
+                if last is not None:
+                    self.rows.setdefault(svc, []).append(
+                        [now - self._last_at] + [b[k] - last[k] for k in
+                                                 ("cpu_s", "handle_s", "messages", "events")])
+            self._last, self._last_at = reading, now
+
+    def run(self) -> None:
+        while not self._stop.wait(WINDOW_S):
+            self.take(self.federation.busy())
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(timeout=30)
 
 
 class Broker:
@@ -125,8 +168,11 @@ def _run(config: Path, jobs: Sequence[ReplayJob], logs: Path, amqp_url: str | No
             federation.wait_warm(timeout=120.0)
             warm = time.monotonic() - started
             idle_from, idle_at = federation.busy(), time.monotonic()
+            reader = _Windows(federation, idle_from)
             time.sleep(IDLE_S)  # what each service spends doing nothing: timers, heartbeats
             before, replay_at = federation.busy(), time.monotonic()
+            reader.take(before)
+            reader.start()
             idle = {svc: (before[svc]["cpu_s"] - b["cpu_s"]) / (replay_at - idle_at)
                     for svc, b in idle_from.items() if svc in before}
             say(f"services: {len(federation.processes)} processes up and warm in {warm:.1f} s; "
@@ -136,8 +182,12 @@ def _run(config: Path, jobs: Sequence[ReplayJob], logs: Path, amqp_url: str | No
             replayer = Replayer(jobs, gms, completion_timeout=grace,
                                 log=lambda line: say(f"services: {line}"),
                                 tokens=federation.user_tokens)
-            result = asyncio.run(replayer.run())
+            try:
+                result = asyncio.run(replayer.run())
+            finally:
+                reader.stop()
             after, busy_s = federation.busy(), time.monotonic() - replay_at
+            reader.take(after)
             peak = federation.peak_rss_mib()
             processes = len(federation.processes)
     accepted = [o for o in result.outcomes if o.status == "accepted"]
@@ -147,6 +197,6 @@ def _run(config: Path, jobs: Sequence[ReplayJob], logs: Path, amqp_url: str | No
                       {svc: {"role": b["role"], "idle_cpu_per_s": idle.get(svc, 0.0)} |
                        {k: b[k] - before[svc][k]
                         for k in ("cpu_s", "handle_s", "events", "messages")}
-                       for svc, b in after.items() if svc in before}, busy_s)
+                       for svc, b in after.items() if svc in before}, busy_s, reader.rows)
     run.save()
     return run

@@ -206,20 +206,25 @@ def test_an_outbox_batches_what_is_sent_while_a_batch_waits_and_paces_the_next()
     assert launch("gm-1", "lm-1", 2.0, SendLaunch("lm-1", "r", None, ())) == pytest.approx(2.001)
 
 
-def test_the_overhead_is_the_cpu_outside_the_core_less_the_idle_cpu_per_event():
+def test_the_overhead_per_message_and_per_event_is_told_apart_by_windows_of_other_mixes():
+    """Windows where a message carries few events and windows where it carries many: the
+    fit finds the CPU outside the core per message and per event, and leaves the seconds'
+    (timers) aside."""
     from twin.services import ServicesRun
 
-    run = ServicesRun(Path("/x"), 3, 10.0, 1.0, 0.0, 5, 0, 0, busy={
-        "gm-1": {"role": "gm", "cpu_s": 2.0, "handle_s": 0.5, "events": 1000,
-                 "idle_cpu_per_s": 0.05},
-        "lm-1": {"role": "lm", "cpu_s": 1.0, "handle_s": 0.2, "events": 500,
-                 "idle_cpu_per_s": 0.0},
-        "lm-2": {"role": "lm", "cpu_s": 1.0, "handle_s": 0.2, "events": 500,
-                 "idle_cpu_per_s": 0.0}}, busy_s=10.0)
-    overheads = run.overheads()
-    assert overheads["gm"] == pytest.approx((2.0 - 0.5 - 0.5) / 1000)
-    assert overheads["lm"] == pytest.approx(1.6 / 1000)
-    assert "worker" not in overheads  # no worker measured: the model keeps 0
+    per_message, per_event, per_second = 0.002, 0.0003, 0.01
+    rows = []
+    for seconds, messages, events in ((3, 2, 12), (2, 40, 60), (2, 30, 400), (2, 10, 900),
+                                      (2, 80, 100)):
+        outside = per_second * seconds + per_message * messages + per_event * events
+        rows.append([seconds, outside + 0.1 * events * 1e-4, 0.1 * events * 1e-4, messages,
+                     events])  # cpu, of which the core's handle
+    run = ServicesRun(Path("/x"), 2, 10.0, 1.0, 0.0, 5, 0, 0,
+                      busy={"w0": {"role": "worker"}, "w1": {"role": "worker"}},
+                      windows={"w0": rows, "w1": rows})
+    message, event = run.overheads()["worker"]
+    assert close(message, per_message) and close(event, per_event)
+    assert "gm" not in run.overheads()  # no GM measured: the model keeps 0
 
 
 def test_a_message_counts_as_idle_only_after_two_quiet_paces():
