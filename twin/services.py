@@ -89,7 +89,7 @@ class _Windows(threading.Thread):
         self.federation = federation
         self.rows: dict[str, list[list[float]]] = {}
         self._last, self._last_at = first, time.monotonic()
-        self._stop = threading.Event()
+        self._done = threading.Event()
         self._lock = threading.Lock()
 
     def take(self, reading: dict) -> None:
@@ -104,11 +104,11 @@ class _Windows(threading.Thread):
             self._last, self._last_at = reading, now
 
     def run(self) -> None:
-        while not self._stop.wait(WINDOW_S):
+        while not self._done.wait(WINDOW_S):
             self.take(self.federation.busy())
 
     def stop(self) -> None:
-        self._stop.set()
+        self._done.set()
         self.join(timeout=30)
 
 
