@@ -10,6 +10,7 @@
 #   scripts/rabbitmq.sh vhost NAME        create a virtual host (if new), print its AMQP URL
 #   scripts/rabbitmq.sh delete-vhost NAME
 #   scripts/rabbitmq.sh vhosts            list the virtual hosts, one a line
+#   scripts/rabbitmq.sh busy-vhosts       the virtual hosts with a client connected, one a line
 #
 # Environment: MEGHA_RABBITMQ_PORT (25672), MEGHA_RABBITMQ_USER (megha),
 # MEGHA_RABBITMQ_PASSWORD (megha-dev), MEGHA_RABBITMQ_HOME (/tmp/megha-rabbitmq).
@@ -77,5 +78,6 @@ case "${1:-}" in
     echo "amqp://$user:$password@127.0.0.1:$port/$2" ;;
   delete-vhost) ctl delete_vhost "$2" >/dev/null 2>&1 || true ;;
   vhosts) ctl list_vhosts --quiet --no-table-headers 2>/dev/null ;;
-  *) sed -n '2,17p' "$0"; exit 2 ;;
+  busy-vhosts) ctl list_connections vhost --quiet --no-table-headers 2>/dev/null | sort -u ;;
+  *) sed -n '2,18p' "$0"; exit 2 ;;
 esac

@@ -134,10 +134,10 @@ class Broker:
     def __exit__(self, *exc) -> None:
         if self._vhost:
             rabbitmq("delete-vhost", self._vhost)
-        # a broker this run started is stopped, unless another twin still has a virtual host
-        # on it (it found the broker running and counts on it)
+        # a broker this run started is stopped, unless another twin is using it (it found the
+        # broker running and counts on it): a virtual host of a twin with clients connected
         if self._started and not any(name.startswith(VHOST_PREFIX)
-                                     for name in rabbitmq("vhosts").split()):
+                                     for name in rabbitmq("busy-vhosts").split()):
             rabbitmq("stop")
 
 
