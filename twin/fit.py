@@ -30,7 +30,8 @@ on what the step's lines show it did (a GM: tasks placed, jobs admitted, task ev
 answers and their verdicts; an LM: items judged, reports taken; a worker: tasks started), with
 the slowest 0.5% of steps left out (host hiccups). The costs no line shows (a heartbeat's
 nodes and running list) are the default model's, scaled as the role's fitted decision cost
-is to the default's.
+is to the default's. The CPU each role spends outside its core, per message and per event, is
+measured on the processes, not in the logs (twin/services.py), and passed in.
 """
 
 from __future__ import annotations
