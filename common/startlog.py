@@ -16,7 +16,7 @@ from common.federation import Federation
 TIMED_EVENTS = frozenset({"task_placed", "task_launched", "task_queued", "task_started"})
 # Lines that carry `handle_s` too, so that a step's start (`ts - handle_s`) is known wherever a
 # message is received or sent: the anchors the twin's calibration measures each hop between
-# (simulator/calibration.py). Every line of one step has the same `ts`.
+# (twin/fit.py). Every line of one step has the same `ts`.
 HANDLED_EVENTS = TIMED_EVENTS | frozenset({
     "job_arrived", "request_sent", "request_answered", "launch_refused", "task_finished",
     "task_done"})

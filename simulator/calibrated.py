@@ -65,7 +65,7 @@ def _task_event_batches(sim: FederatedSimulation, route: Route, arrival: Callabl
         events, sent, cause = batches.pop(key)
         event = TaskEventsReceived(caused(route.tag, cause), tuple(events))
         receiver = gms[key[1]]
-        receiver.receive((event, sent) if timed else event)
+        receiver.receive((event, sent, True) if timed else event)  # one message
 
     def deliver(source, command: PublishTaskEvent, cause: str, at: float, took: float) -> None:
         key = (source.svc, command.gm, arrival(source.svc, command.gm, at, command))

@@ -101,8 +101,8 @@ class FederatedSimulation:
         self.engine = Engine()
         if time_model is not None and delay is not None:
             raise InvalidInput("--delay", "a calibrated time model has its own delays per hop")
-        # a time model (simulator/timemodel.py): each message's delay drawn for its hop, in
-        # order per channel; else one delay for every message
+        # a time model (simulator/timemodel.py): each message's delay drawn for its hop, or
+        # played through its outbox; else one delay for every message
         self.network = (CalibratedNetwork(time_model, random.Random(f"{seed}/net"),
                                           federation.timing.model_dump())
                         if time_model is not None else None)
@@ -222,10 +222,9 @@ class FederatedSimulation:
     def _arrive(self, actor: _Actor, delivery: tuple) -> None:
         """With processing time: an event reaches its service's inbox; a free service takes
         it at once, a busy one when it is done with those before it. `delivery`: (event,
-        sent), or (event, sent, message): whether it came in a message of its own (not: a
-        timer, or the second event of a batch), which costs a time model's overhead."""
-        actor.inbox.append((*delivery, self.engine.now) if len(delivery) == 3 else
-                           (delivery[0], delivery[1], True, self.engine.now))
+        sent, message): whether it came in a message of its own (not: a timer, the GM's own
+        pass, or the second event of a batch), which costs a time model's overhead."""
+        actor.inbox.append((*delivery, self.engine.now))
         if not actor.busy:
             self._serve(actor)
 
@@ -234,10 +233,10 @@ class FederatedSimulation:
         now = self.engine.now
         actor.busy = True
         took = self._handle(actor, event, now - arrived, arrived - sent)
-        if self.model is not None:
+        if self.model is not None and self.model.has_overhead:
             # the service's framework takes the event (and its message) in: a time model's
-            # overhead, else 0; the hops' delays already hold it for this event, so it holds
-            # up the next one
+            # overhead; the hops' delays already hold it for this event, so it holds up the
+            # next one
             took += self.model.overhead(actor.core, message)
         self.engine.at(now + took, self._next, actor)
 
@@ -317,7 +316,7 @@ class FederatedSimulation:
             def to_named(source: _Actor, command, cause: str, at: float, took: float) -> None:
                 event = make(source.svc, command, caused(tag, cause))
                 at_fifo(at + delay(), actors[name_of(command)].receive,
-                        (event, at) if timed else event)
+                        (event, at, True) if timed else event)
 
             return to_named
         if route.to is Receiver.WORKERS_LM:
@@ -328,14 +327,14 @@ class FederatedSimulation:
                 svc = source.svc
                 event = make(svc, command, caused(tag, cause))
                 at_fifo(at + delay(), lms[worker_lm[svc]].receive,
-                        (event, at) if timed else event)
+                        (event, at, True) if timed else event)
 
             return to_workers_lm
         if route.to is Receiver.SELF:  # a GM's bounded pass: on at once, behind its inbox
 
             def to_self(source: _Actor, command, cause: str, at: float, took: float) -> None:
                 event = make(source.svc, command, caused(tag, cause))
-                at_fifo(at, source.receive, (event, at) if timed else event)
+                at_fifo(at, source.receive, (event, at, False) if timed else event)
 
             return to_self
         # Receiver.EVERY: the one route to every actor of a role, an LM's heartbeat to the GMs
@@ -349,7 +348,7 @@ class FederatedSimulation:
                 return
             last[source.svc] = command.snapshot
             event = make(source.svc, command, caused(tag, cause))
-            delivery = (event, at) if timed else event
+            delivery = (event, at, True) if timed else event
             for gm in gms:
                 at_fifo(at + delay(), gm.receive, delivery)
 

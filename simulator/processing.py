@@ -128,6 +128,10 @@ class ProcessingModel:
 
     def __init__(self, costs: ProcessingCosts = CALIBRATED) -> None:
         self.costs = costs
+        # whether any overhead is charged at all (only a time model fitted on the services
+        # has one): the driver skips `overhead` per event otherwise
+        self.has_overhead = any(getattr(costs, name) for name in OPERATIONS
+                                if name.endswith("overhead"))
 
     def cost(self, core: object, event: object, commands: Sequence[object],
              decisions: int) -> float:
