@@ -24,3 +24,8 @@ sim copies --poisson 2 --count 400 --width uniform:1,8 --nodes 200 --gms 2 --lms
 # local queues at the workers, SRPT order, jobs sized by slearn
 sim local-queues --trace deploy/workloads/recurring-200.jsonl --nodes 200 --gms 4 --lms 4 \
   --queue-depth 4 --job-policy slearn --target-load 1.2
+# the worker's preemptive local queues: a far shorter arrival suspends a running task
+sed 's/^\[\[queues\]\]$/[policies.local_queues]\ndepth = 4\npreemptive = true\n\n&/;T;:a;n;ba' \
+  deploy/federation-slearn.toml > "$out/preemptive.toml"
+sim preemptive-queues --config "$out/preemptive.toml" --trace deploy/workloads/recurring-200.jsonl \
+  --target-load 1.5
