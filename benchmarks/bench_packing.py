@@ -18,11 +18,11 @@ import math
 import random
 from pathlib import Path
 
-from common.policies.packing import lp
-from common.policies.packing.pooled import PooledJob, pooled_lp
-from common.policies.packing.schedulers import PACKING_POLICIES
+from common.policies.jobs.pooled import PooledJob, pooled_lp
 from loadgen.trace import read_trace
 from simulator.experiments.packing import ALGORITHMS, MAX_TASKS
+from simulator.models.packing import lp
+from simulator.models.packing.schedulers import PACKING_POLICIES
 from simulator.packing import simulate
 from simulator.packing_workload import build_instance
 

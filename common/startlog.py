@@ -19,7 +19,9 @@ TIMED_EVENTS = frozenset({"task_placed", "task_launched", "task_queued", "task_s
 # (twin/fit.py). Every line of one step has the same `ts`.
 HANDLED_EVENTS = TIMED_EVENTS | frozenset({
     "job_arrived", "request_sent", "request_answered", "launch_refused", "task_finished",
-    "task_done"})
+    "task_done",
+    # the LP order's solves: the core reads no clock, the driver says what the step took
+    "jobs_reordered"})
 
 
 def gm_starting(federation: Federation, gm: str, epoch: int) -> dict:

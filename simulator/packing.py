@@ -1,4 +1,4 @@
-"""Packing simulation: one packing scheduler (common/policies/packing/) on one instance, event by
+"""Packing simulation: one packing scheduler (simulator/models/packing/) on one instance, event by
 event, with every constraint checked as it runs.
 
 Events are job releases, task completions and the scheduler's own wake-ups; at each instant all
@@ -18,9 +18,9 @@ import heapq
 import time
 from dataclasses import dataclass, field
 
-from common.policies.packing.model import Instance
-from common.policies.packing.schedulers import DEFAULT_OPTIONS, PACKING_POLICIES, PackingOptions
-from common.policies.packing.state import EPS, PackingState, PackingViolation, Running, TaskKey
+from simulator.models.packing.model import Instance
+from simulator.models.packing.schedulers import DEFAULT_OPTIONS, PACKING_POLICIES, PackingOptions
+from simulator.models.packing.state import EPS, PackingState, PackingViolation, Running, TaskKey
 
 RELEASE, END, WAKE = 0, 1, 2  # at one instant: releases and ends before the decision
 

@@ -31,8 +31,8 @@ import random
 from collections.abc import Sequence
 
 from common.errors import InvalidInput
-from common.policies.packing.model import Instance, Job, Task
 from loadgen.trace import TraceJob
+from simulator.models.packing.model import Instance, Job, Task
 
 WEIGHTS = ("equal", "random", "priority")
 DEMAND_RANGE = (0.02, 0.5)  # of a machine, per resource

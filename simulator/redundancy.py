@@ -1,6 +1,6 @@
 """The SRPT+R paper's cluster: `m` machines whose rates vary (common/speed.py), one-task jobs
 arriving as a Poisson process with Pareto sizes, and a centralized scheduler that gives each
-job machines by one of the allocation policies (common/policies/redundancy/machines.py).
+job machines by one of the allocation policies (simulator/models/machines.py).
 
 Time is slotted, as in the paper's simulations: decisions at the start of a slot, rates constant
 within it, a job arriving during a slot considered from the next one, a job done at the end of
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common.errors import InvalidInput
-from common.policies.redundancy.machines import REDUNDANCY_POLICIES
 from common.speed import SpeedModel
+from simulator.models.machines import MACHINE_ALLOCATIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class RedundancySim:
                  check: bool = True) -> None:
         if machines < 1:
             raise InvalidInput("--machines", f"must be at least 1, got {machines}")
-        self.policy = REDUNDANCY_POLICIES.make(policy, beta=beta)
+        self.policy = MACHINE_ALLOCATIONS.make(policy, beta=beta)
         self.machines = machines
         self.workload = workload
         self.seed = seed

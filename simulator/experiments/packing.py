@@ -44,12 +44,12 @@ import numpy as np
 from rich.table import Table
 
 from common.errors import InvalidInput
-from common.policies.packing import lp
-from common.policies.packing.model import Instance
-from common.policies.packing.schedulers import PACKING_POLICIES, SETTINGS, PackingOptions
 from loadgen.trace import TraceJob, read_trace
 from simulator.experiments.redundancy import write_tables
 from simulator.experiments.redundancy_cluster import parse_loads
+from simulator.models.packing import lp
+from simulator.models.packing.model import Instance
+from simulator.models.packing.schedulers import PACKING_POLICIES, SETTINGS, PackingOptions
 from simulator.packing import PackingRun, simulate
 from simulator.packing_workload import WEIGHTS, build_instance
 from simulator.sweep import Run, progress_printer, run_sweep

@@ -46,8 +46,8 @@ from rich.console import Console
 from rich.table import Table
 
 from common.errors import InvalidInput
-from common.policies.redundancy.machines import REDUNDANCY_POLICIES
 from common.speed import SpeedModel
+from simulator.models.machines import MACHINE_ALLOCATIONS
 from simulator.redundancy import RedundancySim, RunResult, Workload
 from simulator.sweep import Run, progress_printer, run_sweep
 
@@ -127,9 +127,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _parse(args: argparse.Namespace) -> tuple[list[str], list[float]]:
     policies = (args.values or DEFAULT_POLICIES).split(",")
     for name in policies:
-        if name not in REDUNDANCY_POLICIES.names():
+        if name not in MACHINE_ALLOCATIONS.names():
             raise InvalidInput("--values", f"{name!r} is not an allocation policy (known: "
-                                           f"{', '.join(REDUNDANCY_POLICIES.names())})")
+                                           f"{', '.join(MACHINE_ALLOCATIONS.names())})")
     try:
         rates = [float(value) for value in args.rates.split(",")]
     except ValueError:

@@ -18,7 +18,7 @@ from common.policies.redundancy.copies import (
     shares,
     wanted_copies,
 )
-from common.policies.redundancy.machines import REDUNDANCY_POLICIES
+from simulator.models.machines import MACHINE_ALLOCATIONS
 
 
 def candidates(*priorities: float) -> Candidates:
@@ -100,7 +100,7 @@ def test_the_spread_is_the_papers_allocation_of_machines(jobs: int, spare: int) 
     """With n tasks and I idle nodes, srpt+r's machines per task (its own plus its copies)
     are what the paper's SRPT+R gives n jobs on n + I machines."""
     remaining = np.arange(jobs, 0, -1, dtype=float)  # the last is the smallest
-    copies, _ = REDUNDANCY_POLICIES.make("srpt+r").allocate(remaining, np.zeros(jobs),
+    copies, _ = MACHINE_ALLOCATIONS.make("srpt+r").allocate(remaining, np.zeros(jobs),
                                                             jobs + spare)
     wanted = plan("srpt+r", candidates(*remaining), spare)
     assert [1 + wanted.get(f"t{i}", 0) for i in range(jobs)] == copies.tolist()

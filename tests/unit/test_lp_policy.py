@@ -24,7 +24,7 @@ from common.federation import load_federation
 from common.models import JobSpec, NodeSpec, Resources, TaskSpec
 from common.policies.job import JOB_POLICIES, JobProgress
 from common.policies.jobs.lp_order import LPOrderPolicy, PsrsPolicy
-from common.policies.packing.pooled import PooledJob, pooled_lp
+from common.policies.jobs.pooled import PooledJob, pooled_lp
 from common.policies.placement import PLACEMENT_POLICIES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.errors import InvalidInput
-from common.policies.packing import lp
-from common.policies.packing.model import Instance, Job, Task
-from common.policies.packing.schedulers import PACKING_POLICIES
-from common.policies.packing.state import PackingState, PackingViolation
 from loadgen.trace import TraceJob
+from simulator.models.packing import lp
+from simulator.models.packing.model import Instance, Job, Task
+from simulator.models.packing.schedulers import PACKING_POLICIES
+from simulator.models.packing.state import PackingState, PackingViolation
 from simulator.packing import PackingRun, simulate
 from simulator.packing_workload import build_instance, offered_load
 

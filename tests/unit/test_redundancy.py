@@ -1,4 +1,4 @@
-"""The SRPT+R paper's allocation policies (common/policies/redundancy/machines.py), machine speed
+"""The SRPT+R paper's allocation policies (simulator/models/machines.py), machine speed
 (common/speed.py) and the slotted cluster that runs them (simulator/redundancy.py): hand-worked
 allocations and checkpoints, invariants on random inputs, exactly-once completion."""
 
@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.errors import InvalidInput
-from common.policies.redundancy.machines import REDUNDANCY_POLICIES
 from common.speed import SpeedModel
+from simulator.models.machines import MACHINE_ALLOCATIONS
 from simulator.redundancy import Entries, RedundancySim, Workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def allocate(name: str, remaining, arrival=None, machines: int = 10, beta: float = 0.5):
     remaining = np.asarray(remaining, dtype=float)
     arrival = np.arange(len(remaining), dtype=float) if arrival is None else np.asarray(arrival)
-    copies, shared = REDUNDANCY_POLICIES.make(name, beta=beta).allocate(remaining, arrival,
+    copies, shared = MACHINE_ALLOCATIONS.make(name, beta=beta).allocate(remaining, arrival,
                                                                         machines)
     return copies.tolist(), shared.tolist()
 
@@ -46,18 +46,18 @@ def test_fair_and_laps_share_among_the_latest_arrivals() -> None:
     assert allocate("laps+r", [1] * 6) == ([0, 0, 0, 3, 3, 4], [False] * 6)
     assert allocate("laps", [1] * 30)[1] == [False] * 15 + [True] * 15
     with pytest.raises(InvalidInput, match="beta"):
-        REDUNDANCY_POLICIES.make("laps", beta=0)
+        MACHINE_ALLOCATIONS.make("laps", beta=0)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from(REDUNDANCY_POLICIES.names()),
+@given(st.sampled_from(MACHINE_ALLOCATIONS.names()),
        st.lists(st.floats(0.01, 1000), min_size=0, max_size=40),
        st.integers(1, 20), st.floats(0.05, 1.0), st.integers(0, 2**16))
 def test_allocations_fit_the_machines_and_copies_only_use_spare_ones(name, remaining, machines,
                                                                      beta, seed):
     n = len(remaining)
     arrival = np.random.default_rng(seed).permutation(n).astype(float)
-    policy = REDUNDANCY_POLICIES.make(name, beta=beta)
+    policy = MACHINE_ALLOCATIONS.make(name, beta=beta)
     copies, shared = policy.allocate(np.asarray(remaining), arrival, machines)
     assert copies.sum() <= machines and (copies >= 0).all()
     assert not (copies[shared] > 0).any()
@@ -116,7 +116,7 @@ def test_without_variability_redundancy_changes_nothing() -> None:
     assert np.array_equal(a.flowtimes, b.flowtimes)
 
 
-@pytest.mark.parametrize("policy", REDUNDANCY_POLICIES.names())
+@pytest.mark.parametrize("policy", MACHINE_ALLOCATIONS.names())
 def test_every_job_completes_exactly_once(policy) -> None:
     sim = RedundancySim(policy, 10, Workload(0.3, horizon=300), SpeedModel(), seed=4)
     result = sim.run()

@@ -1,7 +1,7 @@
 """The packing paper's LP-ordered jobs at a GM (`lp`), and its PSRS baseline (`psrs`).
 
 **`lp`**: the GM solves a linear relaxation of its jobs' schedule and places jobs in the order
-of their LP completion times, lowest first (`common/policies/packing/pooled.py`: the
+of their LP completion times, lowest first (`common/policies/jobs/pooled.py`: the
 federation as one pool, each job as its stated volume and longest task). The LP measures a
 completion only to within one of its geometric intervals, so jobs it completes in one interval
 are ordered among themselves by Smith's ratio (weight over remaining volume). The
@@ -107,7 +107,6 @@ class LPOrderPolicy(_ByVolume):
         # what the GM logs of each solve, and the running totals (figures)
         self.solves = 0
         self.timeouts = 0
-        self.solve_seconds = 0.0
 
     # -- the job policy ------------------------------------------------------------------------
 
@@ -146,8 +145,8 @@ class LPOrderPolicy(_ByVolume):
     # -- the LP --------------------------------------------------------------------------------
 
     def _solve(self, now: float) -> bool:
-        from common.policies.packing.lp import LPTimeout
-        from common.policies.packing.pooled import PooledJob, pooled_lp
+        # numpy and scipy load only when a GM runs this policy
+        from common.policies.jobs.pooled import LPTimeout, PooledJob, pooled_lp
 
         known = []
         for job in self.live.values():
@@ -165,15 +164,13 @@ class LPOrderPolicy(_ByVolume):
             self.timeouts += 1
             self.last = {"jobs": len(pooled), "timed_out": True, "limit_s": self.time_limit}
             return False
-        self.solve_seconds += solution.seconds
         self.completion = solution.interval
         self.last = {"jobs": len(pooled), "left_out": len(known) - len(chosen),
                      "at_own_bound": solution.at_own_bound,
-                     "variables": solution.variables, "seconds": round(solution.seconds, 4),
+                     "variables": solution.variables,
                      "next_in_s": round(self.interval, 3)}
         return True
 
     def figures(self) -> dict:
-        return {"lp_solves": self.solves, "lp_timeouts": self.timeouts,
-                "lp_seconds": round(self.solve_seconds, 3)}
+        return {"lp_solves": self.solves, "lp_timeouts": self.timeouts}
 

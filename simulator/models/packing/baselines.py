@@ -30,7 +30,7 @@ from collections import deque
 
 import numpy as np
 
-from common.policies.packing.schedulers import (
+from simulator.models.packing.schedulers import (
     DEFAULT_OPTIONS,
     PACKING_POLICIES,
     Decision,
@@ -38,7 +38,7 @@ from common.policies.packing.schedulers import (
     PerMachine,
     TaskTable,
 )
-from common.policies.packing.state import EPS, PackingState, TaskKey
+from simulator.models.packing.state import EPS, PackingState, TaskKey
 
 
 def _fits(free: np.ndarray, demand) -> bool:

@@ -27,9 +27,9 @@ from typing import Protocol
 
 import numpy as np
 
-from common.policies.packing.model import Instance
-from common.policies.packing.state import EPS, PackingState, TaskKey
 from common.policies.registry import Registry
+from simulator.models.packing.model import Instance
+from simulator.models.packing.state import EPS, PackingState, TaskKey
 
 SETTINGS = ("single", "placement")
 
@@ -215,8 +215,3 @@ class PerMachine:
 
     def figures(self) -> dict:
         return {}
-
-
-# the schedulers register themselves on import
-from common.policies.packing import baselines as _baselines  # noqa: E402,F401
-from common.policies.packing import ordered as _ordered  # noqa: E402,F401

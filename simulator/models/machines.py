@@ -26,7 +26,7 @@ Multitasking (jobs ordered by arrival, the latest last):
 - `laps+r` (beta): the same ceil(beta n) jobs; fewer than m of them get floor(m/k) copies each
   and the latest the rest.
 
-`REDUNDANCY_POLICIES.make(name, beta=...)`: every policy takes `beta`; only laps ones read it.
+`MACHINE_ALLOCATIONS.make(name, beta=...)`: every policy takes `beta`; only laps ones read it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class MachineAllocation(Protocol):
 
 # the paper's model only (`megha experiment redundancy`): the federation file's
 # [policies.redundancy] chooses among copies.COPY_POLICIES
-REDUNDANCY_POLICIES: Registry[type[MachineAllocation]] = Registry(
+MACHINE_ALLOCATIONS: Registry[type[MachineAllocation]] = Registry(
     "redundancy experiment", argument="policy")
 
 
@@ -74,7 +74,7 @@ class _Policy:
         self.beta = beta
 
 
-@REDUNDANCY_POLICIES.register("srpt")
+@MACHINE_ALLOCATIONS.register("srpt")
 class Srpt(_Policy):
     redundant = False
 
@@ -89,7 +89,7 @@ class Srpt(_Policy):
         return copies, np.zeros(n, dtype=bool)
 
 
-@REDUNDANCY_POLICIES.register("srpt+r")
+@MACHINE_ALLOCATIONS.register("srpt+r")
 class SrptRedundant(Srpt):
     redundant = True
 
@@ -121,22 +121,22 @@ class _Sharing(_Policy):
         return copies, shared
 
 
-@REDUNDANCY_POLICIES.register("fair")
+@MACHINE_ALLOCATIONS.register("fair")
 class Fair(_Sharing):
     pass
 
 
-@REDUNDANCY_POLICIES.register("fair+r")
+@MACHINE_ALLOCATIONS.register("fair+r")
 class FairRedundant(_Sharing):
     redundant = True
 
 
-@REDUNDANCY_POLICIES.register("laps")
+@MACHINE_ALLOCATIONS.register("laps")
 class Laps(_Sharing):
     def running(self, n: int) -> int:
         return max(1, math.ceil(self.beta * n))
 
 
-@REDUNDANCY_POLICIES.register("laps+r")
+@MACHINE_ALLOCATIONS.register("laps+r")
 class LapsRedundant(Laps):
     redundant = True

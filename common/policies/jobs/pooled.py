@@ -23,14 +23,14 @@ value is not reported as a bound (the packing experiment's per-machine LP is). A
 tasks use their resources in unequal proportions is done in one share Z on every resource,
 which a schedule need not be: one more reason it only orders.
 
-Pure computation (numpy, scipy's HiGHS).
+Pure computation (numpy, scipy's HiGHS). It reads no clock: HiGHS keeps to the `time_limit` it is
+given, and the driver measures the step the solve happens in (`handle_s` on `jobs_reordered`).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,7 +38,9 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
 
-from common.policies.packing.lp import LPTimeout
+
+class LPTimeout(RuntimeError):
+    """The solver ran out of its time limit: no order, and no bound, from this solve."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,6 @@ class PooledSolution:
     # key -> the LP interval C_j falls in (0 the first): the LP measures completion only to
     # within an interval (left points), so jobs of one interval are alike to it
     interval: dict[int, int]
-    seconds: float  # the solver's wall time
     variables: int
     rows: int
     # jobs whose C_j is their own lower bound (release plus span or volume): the pool's
@@ -74,9 +75,8 @@ def _points(first: float, horizon: float, epsilon: float) -> list[float]:
 def pooled_lp(jobs: Sequence[PooledJob], *, epsilon: float = 0.5,
               time_limit: float | None = None) -> PooledSolution:
     """Each job's LP completion time; raises `LPTimeout` if HiGHS runs out of time."""
-    start = time.perf_counter()
     if not jobs:
-        return PooledSolution({}, {}, 0.0, 0, 0, 0)
+        return PooledSolution({}, {}, 0, 0, 0)
     spans = [job.span for job in jobs if job.span > 0]
     # times in units of the median span, so that HiGHS sees numbers near 1
     unit = float(np.median(spans)) if spans else 1.0
@@ -137,5 +137,4 @@ def pooled_lp(jobs: Sequence[PooledJob], *, epsilon: float = 0.5,
     completion = {job.key: float(values[j]) * unit for j, job in enumerate(jobs)}
     interval = {job.key: bisect.bisect_left(points, float(values[j]) * (1 - 1e-9))
                 for j, job in enumerate(jobs)}
-    return PooledSolution(completion, interval, time.perf_counter() - start, width, len(rhs),
-                          at_bound)
+    return PooledSolution(completion, interval, width, len(rhs), at_bound)

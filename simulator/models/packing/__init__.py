@@ -8,10 +8,17 @@ least weighted completion time (the packing-and-placement paper's model and algo
   schedule is compared to.
 - `schedulers`: the decision interface (`PackingPolicy`) and its registry; `ordered` (the
   LP-ordered algorithms, WSPT and FIFO) and `baselines` (PSRS, Tetris, JSQ-MaxWeight)
-  register into it.
+  register into it when this package is imported (below), so `PACKING_POLICIES` is whole
+  wherever it is read.
 
-The simulator's `megha experiment packing` drives them (simulator/packing.py). The GM runs the
-ordering side of the family through its job policy `wspt` and per-task placement sets
-(TaskSpec.nodes); the LP orders need every job's durations up front, which only the simulator
-has. This package needs numpy and scipy: import the submodule you need.
+The simulator's `megha experiment packing` drives them (simulator/packing.py); nothing the
+services run imports them. The GM runs the ordering side of the family through its job
+policies `wspt` and `lp` (common/policies/jobs/: the pooled LP) and per-task placement sets
+(TaskSpec.nodes); the per-machine LP orders need every job's durations up front, which only
+the simulator has.
 """
+
+from simulator.models.packing import baselines, ordered  # noqa: F401 (they register)
+from simulator.models.packing.schedulers import PACKING_POLICIES
+
+__all__ = ["PACKING_POLICIES"]

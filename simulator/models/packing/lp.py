@@ -48,7 +48,8 @@ from scipy import sparse
 from scipy.optimize import linprog
 
 from common.errors import InvalidInput
-from common.policies.packing.model import Instance, Task
+from common.policies.jobs.pooled import LPTimeout
+from simulator.models.packing.model import Instance, Task
 
 POOL = -1  # the pooled remote column's machine
 DEFAULT_EPSILON = 0.5
@@ -97,10 +98,6 @@ def _present(instance: Instance, jobs: Iterable[int] | None,
             if left > 1e-12:
                 share[(j, task.index)] = left
     return ids, share
-
-
-class LPTimeout(RuntimeError):
-    """The solver ran out of its time limit: no order, and no bound, from this solve."""
 
 
 def _solve(cost: np.ndarray, upper: sparse.coo_matrix, upper_rhs: np.ndarray,

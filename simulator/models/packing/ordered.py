@@ -30,9 +30,9 @@ import math
 import numpy as np
 from sortedcontainers import SortedList
 
-from common.policies.packing import lp
-from common.policies.packing.model import Instance
-from common.policies.packing.schedulers import (
+import simulator.models.packing.lp as lp
+from simulator.models.packing.model import Instance
+from simulator.models.packing.schedulers import (
     DEFAULT_OPTIONS,
     PACKING_POLICIES,
     SETTINGS,
@@ -43,7 +43,7 @@ from common.policies.packing.schedulers import (
     greedy_pack,
     repack_machine,
 )
-from common.policies.packing.state import EPS, PackingState, TaskKey
+from simulator.models.packing.state import EPS, PackingState, TaskKey
 
 
 def smith_ratio(instance: Instance, job: int) -> float:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.policies.packing.model import Instance, Task
+from simulator.models.packing.model import Instance, Task
 
 TaskKey = tuple[int, int]  # (job, index)
 EPS = 1e-9
