@@ -4,9 +4,10 @@ Flow (docs/architecture.md, Ownership and flows): tasks leave the pending queue 
 order; each is tried in the GM's internal partitions round-robin across LMs, then in external
 partitions (a repartition request), then, if the fairness policy allows, by preempting tasks of
 a queue above its share (`common/placer.py`). A match is reserved in the view and batched per
-LM (`common/dispatch.py`); the LM's answer commits or refuses each item and carries a fresh
-snapshot that replaces the view (plan on the view, apply on the truth). A refused task returns
-to the front of its job's queue (the tail, with the paper's fairness options).
+LM (`common/gm_outbox.py`, `common/dispatch.py`); the LM's answer commits or refuses each item
+and carries a fresh snapshot that replaces the view (plan on the view, apply on the truth). A
+refused task returns to the front of its job's queue (the tail, with the paper's fairness
+options). A pass runs after every event, when something may fit (`common/gm_pass.py`).
 
 Attempts: every launch of a task gets a new attempt id `task#epoch.n` (`common/attempts.py`).
 A task completes at most once: the first attempt to finish wins and any other live attempt is
@@ -14,29 +15,19 @@ cancelled, so a request whose answer was lost (`LMRequestFailed`) can be retried
 attempt id without ever counting a task twice.
 
 Here: the protocol (which event does what) and the job and task lifecycle. Beside it, each with
-its own state: `attempts.py`, `pending.py`, `placer.py`, `blocked.py`, `view.py`, `dispatch.py`,
-`reprioritize.py`.
+its own state: `attempts.py`, `pending.py`, `gm_pass.py`, `placer.py`, `blocked.py`, `view.py`,
+`gm_outbox.py`, `dispatch.py`, `reprioritize.py`.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from common.admission import Admission
 from common.attempts import AttemptBook
-from common.cluster import ClusterTopology
-from common.commands import (
-    Command,
-    ContinuePass,
-    JobEnded,
-    Log,
-    SendCancel,
-    SendLaunch,
-    SendPreempt,
-)
-from common.dispatch import RequestWindow
+from common.commands import JobEnded, Log, SendCancel
 from common.errors import InvariantViolated
 from common.events import (
     HeartbeatReceived,
@@ -49,6 +40,8 @@ from common.events import (
     Tick,
 )
 from common.gm_config import GMConfig
+from common.gm_outbox import Outbox
+from common.gm_pass import SchedulingPass
 from common.gm_queries import EndedJobs, job_status
 from common.gm_records import (
     ACTIVE_STATES,
@@ -57,7 +50,6 @@ from common.gm_records import (
     LAUNCHED_STATES,
     WAITING_STATES,
     JobRecord,
-    TaskRecord,
 )
 from common.lifecycle import (
     JOB_TRANSITIONS,
@@ -66,10 +58,9 @@ from common.lifecycle import (
     TaskState,
     check_transition,
 )
-from common.messages import Placement, RequestKind, TaskEvent
-from common.models import JobSpec
+from common.messages import RequestKind
 from common.pending import Backlog
-from common.placer import Match, Placer
+from common.placer import Placer
 from common.policies.fairness import FAIRNESS_POLICIES
 from common.policies.job import JOB_POLICIES, JobProgress
 from common.policies.placement import PLACEMENT_POLICIES
@@ -77,8 +68,17 @@ from common.reasons import Reason
 from common.reprioritize import PriorityUpdates
 from common.step import Step
 from common.story import TransitionLog
-from common.usage import PendingPreemption
 from common.view import FederationView
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from common.cluster import ClusterTopology
+    from common.commands import Command
+    from common.gm_records import TaskRecord
+    from common.messages import TaskEvent
+    from common.models import JobSpec
+    from common.placer import Match
 
 _PLACEMENT_COUNTER = {kind: f"placements_total.{kind}" for kind in RequestKind}
 _KIND_NAME = {kind: str(kind) for kind in RequestKind}
@@ -112,10 +112,14 @@ class GlobalMaster:
         self._ended = EndedJobs(ended_jobs_kept)  # the feed of ended jobs clients follow
         self._tasks: dict[str, TaskRecord] = {}  # the tasks of unfinished jobs, by task id
         self._attempts = AttemptBook(self.gm, config.epoch)
-        self._requests = RequestWindow(self.gm, config.epoch, config.lm_window)  # per-LM batches
+        # what goes to the LMs: each placement an attempt in a per-LM batch, a window in flight
+        self._outbox = Outbox(self.gm, config.epoch, config.lm_window, self.view, self.placer,
+                              self._attempts, self.policy)
         options = self.fairness.options  # which order a pass serves, where refusals go
         # waiting tasks, and the demands that fit nowhere
         self._backlog = Backlog(self.policy, options.round_robin, options.refused_to_tail)
+        # whether a pass may place anything now, and the ContinuePass a bounded one has out
+        self._pass = SchedulingPass(self.gm, self._backlog, self.view, self.jobs)
         # where each job's tasks are launched, to tell those LMs when its priority changes
         self._priorities = PriorityUpdates(self.gm, self.policy, config.reprioritize)
         self._job_seq = 0  # arrival order, for the job policy
@@ -132,15 +136,14 @@ class GlobalMaster:
             Tick: self._on_tick,
             PassContinued: self._on_pass_continued,
         }
-        self._continuing = False  # a ContinuePass is out: the GM will be handed the rest
 
     # -- the entry point ---------------------------------------------------------------------
 
     def handle(self, event, now: float) -> list[Command]:
         step = Step(event.stimulus_id, now)
         self._handlers[type(event)](event, step)
-        self._schedule(step)
-        self._dispatch(step)
+        self._pass.run(self.config, self._try_place, step)
+        self._outbox.send(step)
         return step.commands
 
     def story(self, *keys: str) -> list[dict]:
@@ -210,65 +213,8 @@ class GlobalMaster:
 
     # -- the scheduling pass --------------------------------------------------------------------
 
-    def _schedule(self, step: Step) -> None:
-        backlog = self._backlog
-        if not backlog:
-            return
-        view = self.view
-        reordered = backlog.reorder(step.now, view.capacity, self.jobs.values())
-        if reordered:
-            step.emit(Log("jobs_reordered", {"gm": self.gm} | reordered))
-        if not view.any_reachable:
-            return
-        backlog.wake_by_capacity(view)
-        work_conserving = self.config.work_conserving
-        if not backlog.ready(work_conserving):
-            return  # nothing new waits, and nothing blocked could fit now
-        bounded = backlog.place(self.jobs, lambda task: self._try_place(task, step),
-                                (lambda task: self._try_place(task, step, allow_preempt=False))
-                                if work_conserving else None, self.config.pass_tasks)
-        if bounded and not self._continuing:
-            self._continuing = True
-            step.emit(ContinuePass())
-
     def _on_pass_continued(self, event: PassContinued, step: Step) -> None:
-        self._continuing = False  # handle() runs the pass on
-
-    def _dispatch(self, step: Step) -> None:
-        """Send what the request window lets out (placements already made joined their LM's
-        open batch); the rest leaves when an answer frees a place."""
-        if not self._requests.queued:
-            return
-        priorities: dict[str, float] = {}  # per job: the same for all its tasks at once
-        for request in self._requests.ready():
-            # while it waited its turn, a task may have ended (an older attempt finished,
-            # its job failed): what is no longer placing stays home
-            attempts = [a for a in request.attempts if self._attempts.is_placing(a)]
-            if not attempts:
-                self._requests.finished(request.request_id)
-                self.view.release(request.request_id)
-                self.placer.forget(request.request_id)
-                continue
-            placements = tuple(self._placement_of(a, priorities) for a in attempts)
-            epoch = self.view.slots[request.lm].version[0]  # the incarnation planned on
-            if request.preempt:
-                victims = self.placer.victims_of(request.request_id)
-                step.emit(SendPreempt(request.lm, request.request_id, placements[0], victims,
-                                      epoch))
-            else:
-                step.emit(SendLaunch(request.lm, request.request_id, request.kind, placements,
-                                     epoch))
-            step.emit(Log("request_sent", {"gm": self.gm, "lm": request.lm,
-                                           "request": request.request_id,
-                                           "items": len(placements)}))
-
-    def _placement_of(self, attempt_id: str, priorities: dict[str, float]) -> Placement:
-        task = self._attempts.get(attempt_id)
-        job_id = task.job.spec.job_id
-        priority = priorities.get(job_id)
-        if priority is None:
-            priority = priorities[job_id] = self.policy.worker_priority(task.job.progress)
-        return task.placement(attempt_id, self.gm, priority)
+        self._pass.continued()  # handle() runs the pass on
 
     def _try_place(self, task: TaskRecord, step: Step, allow_preempt: bool = True) -> bool:
         self.counters["decisions_total"] += 1
@@ -282,27 +228,11 @@ class GlobalMaster:
         return True
 
     def _launch(self, task: TaskRecord, match: Match, step: Step) -> None:
-        """Reserve the match in the view, issue an attempt, and file it in a request: the open
-        batch for its LM and kind, or a request of its own for a preemption."""
-        slot, user, demand = match.slot, task.job.spec.user, task.spec.demand
-        if match.victims is None:
-            request = self._requests.batch_for(slot.lm, match.kind)
-        else:
-            request = self._requests.single(slot.lm, RequestKind.LAUNCH)
-        # For a preemption only the demand is reserved, not the victims' release: a
-        # reservation is re-applied on every newer snapshot, and one taken after the LM stopped
-        # the victims would free them twice. Until the answer the node looks over-full instead.
-        # A task sent to wait in a node's local queue reserves that queue's room instead.
-        if match.queued:
-            self.view.claim_queue(request.request_id, slot, match.index)
-        else:
-            self.view.reserve(request.request_id, slot, match.index, demand.cpu_m,
-                              demand.mem_mib)
-        attempt_id = self._attempts.issue(task)
-        request.attempts.append(attempt_id)
-        task.lm, task.node = slot.lm, slot.topology.node_ids[match.index]
-        fields = {"attempt": attempt_id, "task": task.spec.task_id, "job": task.job.spec.job_id,
-                  "user": user, "gm": self.gm, "lm": task.lm, "node": task.node}
+        """File the match as a new attempt in a request to its LM (`Outbox.file`); the task
+        waits for the LM's answer."""
+        request = self._outbox.file(task, match)
+        fields = {"attempt": task.live, "task": task.spec.task_id, "job": task.job.spec.job_id,
+                  "user": task.job.spec.user, "gm": self.gm, "lm": task.lm, "node": task.node}
         if match.victims is None:
             self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, step, task.node)
             self.counters["placements_total.queue" if match.queued
@@ -311,8 +241,6 @@ class GlobalMaster:
                                           else _KIND_NAME[request.kind],
                                           "request": request.request_id}))
             return
-        self.placer.preempting(request.request_id, PendingPreemption(
-            slot.lm, match.victims, user, attempt_id, demand.cpu_m, demand.mem_mib))
         self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, step,
                    f"preempting {len(match.victims)} on {task.lm}/{task.node}")
         self.counters["preemption_requests_total"] += 1
@@ -323,8 +251,7 @@ class GlobalMaster:
     # -- answers from LMs ------------------------------------------------------------------------
 
     def _on_reply(self, event: LMReplied, step: Step) -> None:
-        request = self._requests.finished(event.request_id)
-        self.view.release(event.request_id)
+        request = self._outbox.answered(event.request_id)
         self.view.apply(event.snapshot, step.now)
         step.emit(Log("request_answered", {"gm": self.gm, "lm": event.lm,
                                            "request": event.request_id,
@@ -347,11 +274,9 @@ class GlobalMaster:
             step.emit(Log("reply_unexpected", {"lm": event.lm, "request": event.request_id}))
 
     def _on_request_failed(self, event: LMRequestFailed, step: Step) -> None:
-        request = self._requests.finished(event.request_id)
+        request = self._outbox.failed(event.request_id)
         if request is None:
             return
-        self.placer.answered(event.request_id, accepted=False)
-        self.view.release(event.request_id)
         for attempt_id in request.attempts:
             # a start already reported means the LM did take it: nothing to retry
             if self._attempts.is_placing(attempt_id):
@@ -600,4 +525,4 @@ class GlobalMaster:
         if waiting != self.waiting:
             raise InvariantViolated(f"{self.gm}: counts {self.waiting} waiting tasks, "
                                     f"has {waiting}")
-        self._requests.validate(self.view.inflight)
+        self._outbox.validate()

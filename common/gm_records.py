@@ -1,8 +1,9 @@
 """What a GM keeps of each job and task it owns.
 
 Plain records: the GM and its helpers (`common/attempts.py`, `common/pending.py`,
-`common/placer.py`) change their fields; the GM alone moves a task or job from state to state
-(`GlobalMaster._move`, `_move_job`), checked against the tables in `common/lifecycle.py`.
+`common/placer.py`, `common/gm_outbox.py`) change their fields; the GM alone moves a task or
+job from state to state (`GlobalMaster._move`, `_move_job`), checked against the tables in
+`common/lifecycle.py`.
 """
 
 from __future__ import annotations

@@ -6,17 +6,17 @@ of a named policy (`common/policies/local_queue.py`), and reports started, finis
 and cancelled attempts to its LM. It never runs an attempt id twice: ids of live and recently
 ended attempts are remembered and duplicates are refused.
 
-Optionally (`preemptive`) a node's queue is preemptive: an arrival that does not fit, and whose
-job has far less estimated remaining work than running tasks there, suspends the fewest of
-them that make room. A suspended attempt waits in the queue again with the work it has left,
-and its reported runtime is its whole time running.
+Each node's books are a `NodeState` (common/worker_nodes.py), each attempt's a `LiveAttempt`
+(common/worker_attempts.py). Optionally (`preemptive`) a node's queue is preemptive: an
+arrival that does not fit, and whose job has far less estimated remaining work than running
+tasks there, suspends the fewest of them that make room; the worker's `SuspensionBook`
+(common/worker_suspension.py) decides and keeps count.
 
-Progress. The worker knows how much work each attempt has done: the work it started with
-(`Placement.start_work`: a redundant copy starts from its task's checkpoint), plus what its
-runs did, read off its node's speed process (`NodeSpeed.work_until`), so it is exact under
-varying speed. Its LM may ask for it (`TaskCheckpointRequested`: a `checkpointed` report per
-attempt) and may tell an attempt to continue from further on (`TaskRestored`: a copy of its
-task got that far); a cancelled attempt's report carries it too (docs/redundancy.md).
+Progress. The worker knows how much work each attempt has done, exactly under varying speed
+(`LiveAttempt.progress`). Its LM may ask for it (`TaskCheckpointRequested`: a `checkpointed`
+report per attempt) and may tell an attempt to continue from further on (`TaskRestored`: a
+copy of its task got that far); a cancelled attempt's report carries it too
+(docs/redundancy.md).
 
 Like every role it is a state object with one entry point, `handle(event, now)`, that returns
 commands (`RunTask`, `KillTask`, `ReportToLM`, `Log`) for the driver to carry out.
@@ -25,10 +25,9 @@ commands (`RunTask`, `KillTask`, `ReportToLM`, `Log`) for the driver to carry ou
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from common.commands import Command, KillTask, Log, ReportToLM, RunTask
 from common.errors import InvalidInput, InvariantViolated
@@ -43,31 +42,22 @@ from common.events import (
     Tick,
 )
 from common.lifecycle import check_transition
-from common.messages import Placement
-from common.models import NodeSpec, validate_node
-from common.policies.local_queue import LOCAL_QUEUE_POLICIES, LocalQueue
+from common.policies.local_queue import LOCAL_QUEUE_POLICIES
 from common.reasons import Reason
-from common.resources import ZERO, Resources
-from common.speed import NodeSpeed, SpeedModel
 from common.step import Step
 from common.story import TransitionLog
+from common.worker_attempts import AttemptState, LiveAttempt, WorkerAttemptBook
+from common.worker_nodes import build_nodes
+from common.worker_suspension import SuspensionBook
+
+if TYPE_CHECKING:
+    from common.messages import Placement
+    from common.models import NodeSpec
+    from common.resources import Resources
+    from common.speed import SpeedModel
+    from common.worker_nodes import NodeState
 
 DEFAULT_ENDED_MEMORY = 20_000
-# An attempt is suspended at most this often, then runs to its end: this bounds the thrash of
-# a long task that a stream of short arrivals would otherwise pause again and again (each
-# suspension costs a kill, two reports and a restart, and delays the long task's job).
-MAX_SUSPENSIONS = 3
-
-
-class AttemptState(StrEnum):
-    """An attempt as the worker sees it; NEW is only the origin of its first transition."""
-
-    NEW = "new"
-    QUEUED = "queued"
-    RUNNING = "running"
-    FINISHED = "finished"
-    CANCELLED = "cancelled"  # also a cancel that arrived before its assignment
-    FAILED = "failed"  # refused: unknown node, impossible demand, local queue full
 
 
 ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
@@ -83,43 +73,6 @@ ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
     AttemptState.CANCELLED: frozenset(),
     AttemptState.FAILED: frozenset(),
 }
-
-
-@dataclass(slots=True)
-class _NodeState:
-    spec: NodeSpec
-    # free resources as two numbers, not a `Resources`: a frozen pair made anew at every
-    # start and end of a task was a twentieth of the worker's cost in a 10,000-node run
-    free_cpu: int
-    free_mem: int
-    running: dict[str, Placement]
-    queue: LocalQueue
-    speed: NodeSpeed | None = None  # its service rate over time, if the federation varies it
-
-    @property
-    def free(self) -> Resources:
-        return Resources(self.free_cpu, self.free_mem)
-
-    def fits(self, demand: Resources) -> bool:
-        return demand.cpu_m <= self.free_cpu and demand.mem_mib <= self.free_mem
-
-
-@dataclass(slots=True)
-class _LiveAttempt:
-    placement: Placement
-    state: AttemptState
-    # when it entered `state`: queued time gives the worker-queuing part; running, the start
-    # of its current run
-    since: float
-    run_for: float | None = None  # running: the current run's planned wall time (RunTask's)
-    # work done before its current run: where it started (a copy's checkpoint), what it
-    # did before a suspension, or where a restore moved it; its task's duration less this
-    # is what the current run does
-    base_work: float = 0.0
-    mark: float = 0.0  # its node's `work_until` when the current run started (varying speed)
-    own_work: float = 0.0  # work its own runs did (a restore's jump is not its own)
-    ran_seconds: float = 0.0  # wall time of its runs before its suspensions
-    suspensions: int = 0
 
 
 class WorkerAgent:
@@ -147,35 +100,16 @@ class WorkerAgent:
         queue_class = LOCAL_QUEUE_POLICIES.get(queue_policy)
         if max_queue < 0:
             raise InvalidInput("max_queue", f"must be >= 0, got {max_queue}")
-        if ended_memory < 1:
-            raise InvalidInput("ended_memory", f"must be >= 1, got {ended_memory}")
+        self._attempts = WorkerAttemptBook(ended_memory)
         if not 0 <= aging < math.inf:
             raise InvalidInput("aging", f"must be a finite number >= 0, got {aging}")
-        if not 1 < preempt_factor < math.inf:
-            raise InvalidInput("preempt_factor", f"must be a finite number > 1, got "
-                                                 f"{preempt_factor}")
+        suspensions = SuspensionBook(preempt_factor)  # its option is refused whether on or not
         self.worker_id = worker_id
         self.queue_policy = queue_policy
         self.max_queue = max_queue
-        self.preemptive = preemptive
-        self.preempt_factor = preempt_factor
-        self._nodes: dict[str, _NodeState] = {}
-        for index, node in enumerate(nodes):
-            validate_node(node)
-            if node.node_id in self._nodes:
-                raise InvalidInput(f"nodes[{index}].node_id", f"duplicate {node.node_id!r}")
-            if node.worker != worker_id:
-                raise InvalidInput(
-                    f"nodes[{index}].worker", f"{node.worker!r} is not this worker {worker_id!r}"
-                )
-            self._nodes[node.node_id] = _NodeState(
-                node, node.capacity.cpu_m, node.capacity.mem_mib, {}, queue_class(aging=aging),
-                None if speed is None else NodeSpeed(speed, f"{speed_seed}/{node.node_id}"))
-        self._live: dict[str, _LiveAttempt] = {}
-        self._live_by_job: dict[str, set[str]] = {}  # job id -> its live attempts' ids
-        # terminal states of recent attempts: refuses late duplicates with flat memory
-        self._ended: OrderedDict[str, AttemptState] = OrderedDict()
-        self._ended_memory = ended_memory
+        self._suspensions = suspensions if preemptive else None
+        self._nodes = build_nodes(worker_id, nodes, queue_class, aging, speed, speed_seed)
+        self._live = self._attempts.live  # read here; the book adds and ends them
         self._queued_total = 0
         self._arrival_seq = 0
         self._log = TransitionLog(maxlen=story_len)
@@ -211,6 +145,11 @@ class WorkerAgent:
         return frozenset(attempt_id for attempt_id, live in self._live.items()
                          if live.state is AttemptState.QUEUED)
 
+    @property
+    def suspensions(self) -> SuspensionBook | None:
+        """Its preemptive mode, if on; read, never write."""
+        return self._suspensions
+
     def story(self, *keys: str) -> list[dict]:
         return self._log.story(*keys)
 
@@ -224,10 +163,7 @@ class WorkerAgent:
 
     def state_of(self, attempt_id: str) -> AttemptState | None:
         """The attempt's state if it is live or remembered as ended, else None."""
-        live = self._live.get(attempt_id)
-        if live is not None:
-            return live.state
-        return self._ended.get(attempt_id)
+        return self._attempts.state_of(attempt_id)
 
     # --- handlers -------------------------------------------------------------------------
 
@@ -259,7 +195,7 @@ class WorkerAgent:
             # Work conservation keeps every queued task of this node unable to fit its free
             # resources, so none of higher order could start before this one if it fits now.
             self._start(step, node, placement)
-        elif self.preemptive and self._suspend_for(step, node, placement):
+        elif self._suspend_for(step, node, placement):
             self._start(step, node, placement)
             self._start_queued(step, node)  # what the victims freed beyond the arrival's need
         elif self._queued_total >= self.max_queue:
@@ -279,11 +215,11 @@ class WorkerAgent:
         # the runner measured its last run only: a suspended attempt ran before, too
         runtime = live.ran_seconds + event.runtime
         fields = self._fields(placement, runtime=runtime)
-        duration = placement.task.duration
-        if duration is not None:
-            fields["own_work"] = live.own_work + max(0.0, duration - live.base_work)
-        if live.suspensions:
-            fields["suspensions"] = live.suspensions
+        work_left = live.work_left()
+        if work_left is not None:
+            fields["own_work"] = live.own_work + work_left
+        if self._suspensions is not None:
+            self._suspensions.finished(placement.attempt_id, fields)
         step.emit(ReportToLM(Reason.FINISHED, placement.attempt_id, runtime=runtime))
         step.emit(Log("task_finished", fields))
         self._start_queued(step, node)
@@ -294,10 +230,10 @@ class WorkerAgent:
         priority = event.priority
         if not math.isfinite(priority):
             raise InvalidInput("priority", f"must be a finite number, got {priority}")
-        attempts = self._live_by_job.get(event.job_id)
+        attempts = self._attempts.by_job.get(event.job_id)
         if not attempts:
             return
-        queued_on: dict[str, _NodeState] = {}
+        queued_on: dict[str, NodeState] = {}
         for attempt_id in attempts:
             live = self._live[attempt_id]
             placement = live.placement
@@ -326,11 +262,13 @@ class WorkerAgent:
         if live is None:
             self._cancel_unknown(step, attempt_id)
             return
+        if self._suspensions is not None:
+            self._suspensions.forget(attempt_id)
         placement = live.placement
         node = self._nodes[placement.node_id]
         detail = str(event.reason)
         fields = self._fields(placement, reason=detail, was=str(live.state))
-        work = self._progress(node, live, step.now)
+        work = live.progress(node.speed, step.now)
         if live.state is AttemptState.RUNNING and work is not None:
             live.own_work += work - live.base_work
         if work is not None:
@@ -356,7 +294,7 @@ class WorkerAgent:
             if live is None:
                 continue
             placement = live.placement
-            work = self._progress(self._nodes[placement.node_id], live, step.now)
+            work = live.progress(self._nodes[placement.node_id].speed, step.now)
             if work is None:
                 continue
             step.emit(ReportToLM(Reason.CHECKPOINTED, attempt_id, work=work))
@@ -371,26 +309,24 @@ class WorkerAgent:
         placement = live.placement
         node = self._nodes[placement.node_id]
         now = step.now
-        progress = self._progress(node, live, now)
+        progress = live.progress(node.speed, now)
         duration = placement.task.duration
         if progress is None or event.work <= progress or not math.isfinite(event.work):
             return
         work = min(event.work, duration)
         fields = self._fields(placement, from_work=progress, to_work=work)
         if live.state is AttemptState.RUNNING:
-            live.own_work += progress - live.base_work
-            live.ran_seconds += max(0.0, now - live.since)
-            live.since = now
+            live.bank_run(progress, now)
             live.base_work = work
             step.emit(KillTask(placement.attempt_id))  # no TaskRunEnded of the old run
-            live.run_for = self._plan_run(node, live, now, fields)
-            step.emit(RunTask(placement.attempt_id, node.spec.node_id, duration=live.run_for))
+            run_for = live.plan_run(node.speed, now, fields)
+            step.emit(RunTask(placement.attempt_id, node.spec.node_id, duration=run_for))
         else:
             live.base_work = work
         step.emit(Log("task_restored", fields))
 
     def _cancel_unknown(self, step: Step, attempt_id: str) -> None:
-        if attempt_id not in self._ended:
+        if attempt_id not in self._attempts.ended:
             # The cancel overtook its assignment: remember it, so the late assignment is
             # refused instead of running on resources the LM has already taken back.
             self._end(step, attempt_id, AttemptState.NEW, AttemptState.CANCELLED)
@@ -401,9 +337,9 @@ class WorkerAgent:
     def _start(
         self,
         step: Step,
-        node: _NodeState,
+        node: NodeState,
         placement: Placement,
-        live: _LiveAttempt | None = None,
+        live: LiveAttempt | None = None,
         queued_seconds: float = 0.0,
     ) -> None:
         """Start a new attempt (`live` None) or a queued one, suspended before or not."""
@@ -411,16 +347,13 @@ class WorkerAgent:
         now = step.now
         if live is None:
             self._transition(step, attempt_id, AttemptState.NEW, AttemptState.RUNNING)
-            live = self._live[attempt_id] = _LiveAttempt(placement, AttemptState.RUNNING, now,
-                                                         base_work=placement.start_work)
-            self._index_job(placement)
+            live = LiveAttempt(placement, AttemptState.RUNNING, now,
+                               base_work=placement.start_work)
+            self._attempts.add(live)
         else:
             self._transition(step, attempt_id, AttemptState.QUEUED, AttemptState.RUNNING)
             live.placement, live.state, live.since = placement, AttemptState.RUNNING, now
-        demand = placement.task.demand
-        node.free_cpu -= demand.cpu_m
-        node.free_mem -= demand.mem_mib
-        node.running[attempt_id] = placement
+        node.take(placement)
         duration = placement.task.duration
         fields = self._fields(placement, duration=duration,
                              queued_seconds=queued_seconds, priority=placement.priority,
@@ -429,142 +362,62 @@ class WorkerAgent:
             fields["copy_of"] = placement.copy_of
         if live.base_work:
             fields["start_work"] = live.base_work
-        if live.suspensions:
-            fields["remaining_work"] = self._work_left(live)
-            fields["resumed"] = True
-        live.run_for = self._plan_run(node, live, now, fields)
-        step.emit(RunTask(attempt_id, node.spec.node_id, duration=live.run_for))
+        if self._suspensions is not None:
+            self._suspensions.resuming(live, fields)
+        run_for = live.plan_run(node.speed, now, fields)
+        step.emit(RunTask(attempt_id, node.spec.node_id, duration=run_for))
         step.emit(ReportToLM(Reason.STARTED, attempt_id, at=now))
         step.emit(Log("task_started", fields))
 
-    def _plan_run(self, node: _NodeState, live: _LiveAttempt, now: float,
-                  fields: dict) -> float | None:
-        """The wall time of a run starting now: the work left, at its node's speed (a
-        varying node's run lasts what the node takes to do it; `run_for` says so)."""
-        work = self._work_left(live)
-        if node.speed is not None and work is not None:
-            live.mark = node.speed.work_until(now)
-            work = fields["run_for"] = node.speed.time_to_do(now, work)
-        return work
-
-    @staticmethod
-    def _work_left(live: _LiveAttempt) -> float | None:
-        duration = live.placement.task.duration
-        return None if duration is None else max(0.0, duration - live.base_work)
-
-    def _progress(self, node: _NodeState, live: _LiveAttempt, now: float) -> float | None:
-        """The work the attempt has done by `now`; None for a task of no known duration."""
-        duration = live.placement.task.duration
-        if duration is None:
-            return None
-        if live.state is not AttemptState.RUNNING:
-            return live.base_work
-        # its current run's work: the node's clock at constant speed, else its speed process
-        ran = now - live.since if node.speed is None else node.speed.work_until(now) - live.mark
-        return live.base_work + min(max(0.0, ran), duration - live.base_work)
-
-    def _enqueue(self, step: Step, node: _NodeState, placement: Placement) -> None:
+    def _enqueue(self, step: Step, node: NodeState, placement: Placement) -> None:
         attempt_id = placement.attempt_id
         self._transition(step, attempt_id, AttemptState.NEW, AttemptState.QUEUED)
-        self._arrival_seq += 1
-        node.queue.push(placement, self._arrival_seq, step.now)
-        self._queued_total += 1
-        self._live[attempt_id] = _LiveAttempt(placement, AttemptState.QUEUED, step.now,
-                                              base_work=placement.start_work)
-        self._index_job(placement)
+        self._push(node, placement, step.now)
+        self._attempts.add(LiveAttempt(placement, AttemptState.QUEUED, step.now,
+                                       base_work=placement.start_work))
         fields = self._fields(placement, queue_length=len(node.queue),
                              priority=placement.priority, pilot=placement.pilot)
         step.emit(Log("task_queued", fields))
 
-    def _start_queued(self, step: Step, node: _NodeState) -> None:
+    def _start_queued(self, step: Step, node: NodeState) -> None:
         """Start queued tasks that fit, in policy order; one that does not fit is skipped."""
-        chosen: list[Placement] = []
-        free_cpu, free_mem = node.free_cpu, node.free_mem
-        for placement in node.queue:
-            if free_cpu <= 0 or free_mem <= 0:
-                break  # every demand is positive in both kinds: nothing more can fit
-            demand = placement.task.demand
-            if demand.cpu_m <= free_cpu and demand.mem_mib <= free_mem:
-                chosen.append(placement)
-                free_cpu -= demand.cpu_m
-                free_mem -= demand.mem_mib
-        for placement in chosen:
+        for placement in node.startable():
             node.queue.remove(placement.attempt_id)
             self._queued_total -= 1
             live = self._live[placement.attempt_id]
             self._start(step, node, placement, live, step.now - live.since)
 
+    def _push(self, node: NodeState, placement: Placement, now: float) -> None:
+        """Queue on its node: a new arrival, or one suspended (its wait ages from `now`)."""
+        self._arrival_seq += 1
+        node.queue.push(placement, self._arrival_seq, now)
+        self._queued_total += 1
+
     # --- preemptive mode ------------------------------------------------------------------
 
-    def _suspend_for(self, step: Step, node: _NodeState, arrival: Placement) -> bool:
-        """Suspend the running attempts that make room for `arrival`, if some do."""
-        victims = _fewest_releasing(self._candidates(node, arrival),
-                                    arrival.task.demand.cpu_m - node.free_cpu,
-                                    arrival.task.demand.mem_mib - node.free_mem)
-        # a suspended attempt waits in the queue: it needs room there
-        if not victims or self._queued_total + len(victims) > self.max_queue:
+    def _suspend_for(self, step: Step, node: NodeState, arrival: Placement) -> bool:
+        """Suspend the running attempts that make room for `arrival`, if the mode is on and
+        some do: each waits in its node's queue again, with the work it has left."""
+        suspensions = self._suspensions
+        if suspensions is None:
             return False
+        victims = suspensions.victims(node, arrival, self._live,
+                                      self.max_queue - self._queued_total)
         for victim in victims:
-            self._suspend(step, node, self._live[victim.attempt_id], arrival.attempt_id)
-        return True
-
-    def _candidates(self, node: _NodeState, arrival: Placement) -> list[Placement]:
-        """Running attempts the arrival may suspend, the longest (and then the latest
-        started, which lose the least work) first."""
-        if arrival.pilot:
-            threshold = 0.0  # a pilot counts as the shortest: any estimate is far longer
-        elif arrival.priority > 0:
-            threshold = self.preempt_factor * arrival.priority
-        else:
-            return []  # no estimate: nothing to weigh a running task against
-        live = self._live
-        candidates = [
-            placement for attempt_id, placement in node.running.items()
-            if not placement.pilot and placement.copy_of is None and placement.priority > 0
-            and placement.priority >= threshold
-            and live[attempt_id].suspensions < MAX_SUSPENSIONS
-        ]
-        candidates.sort(key=lambda p: (-p.priority, -live[p.attempt_id].since))
-        return candidates
-
-    def _suspend(self, step: Step, node: _NodeState, live: _LiveAttempt, for_attempt: str) -> None:
-        placement = live.placement
-        attempt_id = placement.attempt_id
-        now = step.now
-        ran = max(0.0, now - live.since)
-        progress = self._progress(node, live, now)
-        work_done = remaining = None
-        if progress is not None:
-            work_done = progress - live.base_work
-            live.own_work += work_done
-            live.base_work = progress
-            remaining = self._work_left(live)
-        del node.running[attempt_id]
-        demand = placement.task.demand
-        node.free_cpu += demand.cpu_m
-        node.free_mem += demand.mem_mib
-        self._transition(step, attempt_id, AttemptState.RUNNING, AttemptState.QUEUED,
-                         f"suspended for {for_attempt}")
-        live.state, live.since, live.run_for = AttemptState.QUEUED, now, None
-        live.ran_seconds += ran
-        live.suspensions += 1
-        self._arrival_seq += 1
-        node.queue.push(placement, self._arrival_seq, now)  # its wait ages from now
-        self._queued_total += 1
-        step.emit(KillTask(attempt_id))  # drivers cancel its run: no TaskRunEnded follows
-        step.emit(ReportToLM(Reason.SUSPENDED, attempt_id, at=now))
-        step.emit(Log("task_suspended", self._fields(
-            placement, work_done=work_done, remaining_work=remaining, for_attempt=for_attempt,
-            priority=placement.priority, suspensions=live.suspensions,
-            ran_seconds=live.ran_seconds)))
+            attempt_id = victim.attempt_id
+            live = self._live[attempt_id]
+            suspensions.suspend(step, node, live, arrival.attempt_id, self._fields(victim))
+            node.give_back(victim)
+            self._transition(step, attempt_id, AttemptState.RUNNING, AttemptState.QUEUED,
+                             f"suspended for {arrival.attempt_id}")
+            live.state, live.run_for = AttemptState.QUEUED, None
+            self._push(node, victim, step.now)
+        return bool(victims)
 
     def _release(
-        self, step: Step, node: _NodeState, placement: Placement, new: AttemptState
+        self, step: Step, node: NodeState, placement: Placement, new: AttemptState
     ) -> None:
-        del node.running[placement.attempt_id]
-        demand = placement.task.demand
-        node.free_cpu += demand.cpu_m
-        node.free_mem += demand.mem_mib
+        node.give_back(placement)
         self._end(step, placement.attempt_id, AttemptState.RUNNING, new)
 
     def _refuse(self, step: Step, placement: Placement, detail: str) -> None:
@@ -582,22 +435,7 @@ class WorkerAgent:
         detail: str = "",
     ) -> None:
         self._transition(step, attempt_id, old, new, detail)
-        live = self._live.pop(attempt_id, None)
-        if live is not None:
-            self._unindex_job(live.placement)
-        self._ended[attempt_id] = new
-        if len(self._ended) > self._ended_memory:
-            self._ended.popitem(last=False)
-
-    def _index_job(self, placement: Placement) -> None:
-        self._live_by_job.setdefault(placement.task.job_id, set()).add(placement.attempt_id)
-
-    def _unindex_job(self, placement: Placement) -> None:
-        job_id = placement.task.job_id
-        attempts = self._live_by_job[job_id]
-        attempts.discard(placement.attempt_id)
-        if not attempts:
-            del self._live_by_job[job_id]
+        self._attempts.end(attempt_id, new)
 
     def _transition(
         self, step: Step, attempt_id: str, old: AttemptState, new: AttemptState, detail: str = ""
@@ -626,7 +464,7 @@ class WorkerAgent:
         return fields
 
     def _unknown_attempt_log(self, stimulus: str, attempt_id: str) -> Log:
-        known = self._ended.get(attempt_id)
+        known = self._attempts.ended.get(attempt_id)
         return Log(
             "worker_unknown_attempt",
             {
@@ -642,19 +480,8 @@ class WorkerAgent:
     def validate(self) -> None:
         """Raise `InvariantViolated` if a node is over-committed or the books disagree."""
         queued_total = 0
-        for node_id, node in self._nodes.items():
-            held = ZERO
-            for placement in node.running.values():
-                held = held + placement.task.demand
-            if not held.fits_in(node.spec.capacity):
-                raise InvariantViolated(f"node {node_id}: running {held} > {node.spec.capacity}")
-            if node.free_cpu < 0 or node.free_mem < 0:
-                raise InvariantViolated(f"node {node_id}: negative free {node.free}")
-            if held + node.free != node.spec.capacity:
-                raise InvariantViolated(
-                    f"node {node_id}: free {node.free} + running {held} != {node.spec.capacity}"
-                )
-            self._validate_queue(node)
+        for node in self._nodes.values():
+            node.validate()
             queued_total += len(node.queue)
         if queued_total != self._queued_total:
             raise InvariantViolated(f"queued count {self._queued_total} != {queued_total}")
@@ -664,12 +491,12 @@ class WorkerAgent:
                 f"{len(self._live)} live attempts, {running_total} running + {queued_total} queued"
             )
         for attempt_id, live in self._live.items():
-            self._validate_live(attempt_id, live)
-        indexed = sum(len(attempts) for attempts in self._live_by_job.values())
-        if indexed != len(self._live):
-            raise InvariantViolated(f"{indexed} attempts indexed by job, {len(self._live)} live")
+            self._validate_filed(attempt_id, live)
+        self._attempts.validate()
+        if self._suspensions is not None:
+            self._suspensions.validate(self._live)
 
-    def _validate_live(self, attempt_id: str, live: _LiveAttempt) -> None:
+    def _validate_filed(self, attempt_id: str, live: LiveAttempt) -> None:
         placement = live.placement
         node = self._nodes[placement.node_id]
         if live.state is AttemptState.RUNNING:
@@ -677,55 +504,5 @@ class WorkerAgent:
         else:
             filed = node.queue.get(attempt_id)
         # the very object: a re-keyed priority reaches the books and the heartbeat alike
-        if filed is not placement or attempt_id in self._ended:
+        if filed is not placement:
             raise InvariantViolated(f"attempt {attempt_id}: {live.state} but misfiled")
-        if attempt_id not in self._live_by_job.get(placement.task.job_id, ()):
-            raise InvariantViolated(f"attempt {attempt_id}: not indexed by its job")
-        if not 0 <= live.suspensions <= MAX_SUSPENSIONS:
-            raise InvariantViolated(f"attempt {attempt_id}: suspended {live.suspensions} times")
-        duration = placement.task.duration
-        if live.base_work < 0 or (duration is not None and live.base_work > duration + 1e-9):
-            raise InvariantViolated(f"attempt {attempt_id}: {live.base_work} work done of "
-                                    f"{duration}")
-
-    def _validate_queue(self, node: _NodeState) -> None:
-        # work conservation: a queued task that fits now should have been started
-        for placement in node.queue:
-            if node.fits(placement.task.demand):
-                raise InvariantViolated(
-                    f"node {node.spec.node_id}: queued {placement.attempt_id} fits {node.free}"
-                )
-
-
-def _fewest_releasing(
-    candidates: Sequence[Placement], need_cpu: int, need_mem: int
-) -> list[Placement]:
-    """Victims among `candidates` (most wanted first) whose demands add up to the need in
-    both kinds; empty if all of them do not.
-
-    One victim when one suffices (the first such). Otherwise the shortest prefix that
-    suffices, less those the others make redundant (the last first): no victim is left that
-    the arrival could do without, so none of them fits what remains beside the arrival. The
-    true minimum is a set cover; a node runs few tasks, and one victim is the common case.
-    """
-    for placement in candidates:
-        demand = placement.task.demand
-        if demand.cpu_m >= need_cpu and demand.mem_mib >= need_mem:
-            return [placement]
-    chosen: list[Placement] = []
-    cpu = mem = 0
-    for placement in candidates:
-        chosen.append(placement)
-        cpu += placement.task.demand.cpu_m
-        mem += placement.task.demand.mem_mib
-        if cpu >= need_cpu and mem >= need_mem:
-            break
-    else:
-        return []
-    for placement in reversed(chosen[:-1]):  # the last one was needed to reach the need
-        demand = placement.task.demand
-        if cpu - demand.cpu_m >= need_cpu and mem - demand.mem_mib >= need_mem:
-            chosen.remove(placement)
-            cpu -= demand.cpu_m
-            mem -= demand.mem_mib
-    return chosen

@@ -17,7 +17,8 @@ from common.models import NodeSpec
 from common.reasons import Reason
 from common.resources import Resources
 from common.speed import SpeedModel
-from common.worker import MAX_SUSPENSIONS, AttemptState
+from common.worker import AttemptState
+from common.worker_suspension import MAX_SUSPENSIONS
 from tests.unit.test_worker import (
     WORKER,
     Harness,
