@@ -128,7 +128,10 @@ class JobPolicy(Protocol):
         """The SRPT key a worker's local queue sees for this job's tasks."""
 
 
-JOB_POLICIES: Registry[type[JobPolicy]] = Registry("policies.job", argument="job_policy")
+# the size-learning policies, wspt, psrs and lp: registered by the modules of `jobs/`, which
+# the registry imports when first asked for a policy
+JOB_POLICIES: Registry[type[JobPolicy]] = Registry("policies.job", argument="job_policy",
+                                                   plugins="common.policies.jobs")
 
 
 @JOB_POLICIES.register("fifo")
@@ -158,8 +161,3 @@ class FifoPolicy:
     def ended_fields(self, job: JobProgress) -> dict:
         return {}
 
-
-# the size-learning policies, wspt, psrs and lp register themselves on import
-from common.policies.jobs import lp_order as _lp_order  # noqa: E402,F401
-from common.policies.jobs import predictors as _predictors  # noqa: E402,F401
-from common.policies.jobs import weighted as _weighted  # noqa: E402,F401

@@ -3,15 +3,19 @@ implement the Protocol, refusals that name the known choices, in code and in the
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
+import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 from one_gm_federation import one_gm_file
 
 import common.policies
+import simulator.models
 from common.errors import InvalidInput
 from common.federation import Policies, load_federation
 from common.gm_config import GMConfig
@@ -22,10 +26,10 @@ from common.worker import WorkerAgent
 
 FAMILIES = ("policies.fairness", "policies.job", "policies.local_queue", "policies.placement",
             "policies.redundancy.policy", "redundancy experiment", "packing experiment")
-# Families only the simulator's own models choose, not a federation file: the SRPT+R paper's
-# machine allocation runs in simulator/redundancy.py (the LMs' copies are the other family);
-# the packing paper's schedulers in simulator/packing.py (the GM's side: the lp, psrs and wspt job
-# policies, the tetris placement and per-task placement sets).
+# Families only the simulator's own models choose, not a federation file (simulator/models/): the
+# SRPT+R paper's machine allocation runs in simulator/redundancy.py (the LMs' copies are the other
+# family); the packing paper's schedulers in simulator/packing.py (the GM's side: the lp, psrs and
+# wspt job policies, the tetris placement and per-task placement sets).
 SIMULATOR_ONLY = {"redundancy experiment", "packing experiment"}
 
 # What each family's `make` passes (a family module's docstring says so); the local queue
@@ -39,8 +43,9 @@ def policies_file(line: str) -> str:
 def family_modules() -> list[ModuleType]:
     """The modules that define a family: its Protocol and its registry (a folder of a
     family may hold several, and modules that register into another's registry)."""
-    modules = [importlib.import_module(info.name) for info in pkgutil.walk_packages(
-        common.policies.__path__, "common.policies.")]
+    modules = [importlib.import_module(info.name)
+               for package in (common.policies, simulator.models)
+               for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}.")]
     return [module for module in modules if registries_of(module) and protocols_of(module)]
 
 
@@ -64,7 +69,8 @@ def members(protocol: type) -> tuple[list[str], dict[str, inspect.Signature]]:
 
 
 MODULES = family_modules()
-ids = [module.__name__.removeprefix("common.policies.") for module in MODULES]
+ids = [module.__name__.removeprefix("common.policies.").removeprefix("simulator.models.")
+       for module in MODULES]
 
 
 def test_every_family_is_found_once() -> None:
@@ -149,3 +155,70 @@ def test_a_name_registered_twice_is_a_mistake() -> None:
     with pytest.raises(ValueError, match="registered twice"):
         registry.register("one")(type("Other", (), {}))
     assert registry.argument == "policies.example"  # code and file name the same key
+
+
+def test_a_family_imports_its_plugins_when_first_asked(tmp_path: Path, monkeypatch) -> None:
+    """A family's module does not import the package of its other policies, whose modules
+    import it (a cycle); its registry does, on the first `names`, `get` or `make`."""
+    (tmp_path / "example_family.py").write_text(
+        "from common.policies.registry import Registry\n"
+        "EXAMPLES = Registry('policies.example', plugins='example_plugins')\n"
+        "@EXAMPLES.register('built_in')\n"
+        "class BuiltIn: ...\n")
+    (tmp_path / "example_plugins").mkdir()
+    (tmp_path / "example_plugins" / "__init__.py").write_text(
+        "from example_plugins import extra\n")
+    (tmp_path / "example_plugins" / "extra.py").write_text(
+        "from example_family import EXAMPLES\n"
+        "@EXAMPLES.register('extra')\n"
+        "class Extra: ...\n")
+    monkeypatch.syspath_prepend(tmp_path)
+    try:
+        family = importlib.import_module("example_family")
+        assert "example_plugins" not in sys.modules
+        assert family.EXAMPLES.names() == ("built_in", "extra")
+        assert family.EXAMPLES.get("extra").__module__ == "example_plugins.extra"
+    finally:
+        for name in ("example_family", "example_plugins", "example_plugins.extra"):
+            sys.modules.pop(name, None)
+
+
+def registering_modules(package: Path, registry_name: str) -> set[str]:
+    """The modules of a plugins package with a class decorated `@<registry>.register(...)`."""
+    found = set()
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
+                    and d.func.attr == "register" and isinstance(d.func.value, ast.Name)
+                    and d.func.value.id == registry_name for d in node.decorator_list):
+                found.add(path.stem)
+    return found
+
+
+def imported_by(init: Path, package: str) -> set[str]:
+    """The modules of `package` its `__init__.py` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(init.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == package:
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name.removeprefix(f"{package}.") for alias in node.names)
+    return found
+
+
+PLUGGED = [module for module in MODULES if registries_of(module)[0].plugins]
+
+
+@pytest.mark.parametrize("module", PLUGGED,
+                         ids=[registries_of(module)[0].plugins for module in PLUGGED])
+def test_a_plugins_package_imports_every_module_that_registers_a_policy(
+        module: ModuleType) -> None:
+    """A module of the plugins package left out of its `__init__.py` would register nothing:
+    its policies would be unknown names."""
+    registry = registries_of(module)[0]
+    name = next(key for key, value in vars(module).items() if value is registry)
+    package = Path(importlib.import_module(registry.plugins).__file__).parent
+    registering = registering_modules(package, name)
+    assert registering, f"{registry.plugins} registers no {name} policy"
+    assert registering <= imported_by(package / "__init__.py", registry.plugins)
