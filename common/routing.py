@@ -10,7 +10,9 @@ RabbitMQ as common/wire.py models, decode a worker's report with the same functi
 business: they reach no other core.
 
 What this module leaves to the driver is how and when an event gets there: the simulator's
-network delay and processing time, the harness's list of messages in flight.
+network delay and processing time, the harness's list of messages in flight. How each routed
+command crosses a process boundary in the services (its wire model, converters, HTTP route or
+RabbitMQ exchange) is common/message_table.py's, which is checked against `ROUTES`.
 
 Stimulus ids. Every event carries the id of its stimulus, and each core records its state
 changes against it (`story()`). A driver numbers its stimuli with `StimulusIds`:

@@ -36,14 +36,30 @@ from pydantic import (
 )
 
 from common.cluster import ClusterTopology, LMSnapshot, RunningInfo
-from common.commands import ReplyToGM, ReportToLM, SendLaunch, SendPreempt, SendReprioritize
+from common.commands import (
+    CheckpointOnWorker,
+    ReplyToGM,
+    ReportToLM,
+    ReprioritizeOnWorker,
+    RestoreOnWorker,
+    SendCancel,
+    SendLaunch,
+    SendPreempt,
+    SendReprioritize,
+    StartOnWorker,
+    StopOnWorker,
+)
 from common.errors import InvalidInput
 from common.events import (
+    CancelRequested,
     HeartbeatReceived,
+    JobReprioritized,
     LaunchRequested,
     LMReplied,
     PreemptRequested,
     ReprioritizeRequested,
+    TaskCheckpointRequested,
+    TaskRestored,
     WorkerHeartbeat,
     WorkerTaskFailed,
     WorkerTaskFinished,
@@ -310,6 +326,51 @@ class WorkerBatchWire(WireModel):
     restore: list[RestoreWire] = Field(default_factory=list)
 
 
+WorkerCommand = (StartOnWorker | StopOnWorker | ReprioritizeOnWorker | CheckpointOnWorker
+                 | RestoreOnWorker)
+
+
+def stop_to_wire(command: StopOnWorker) -> StopWire:
+    return StopWire(attempt_id=command.attempt_id, reason=str(command.reason))
+
+
+def restore_to_wire(command: RestoreOnWorker) -> RestoreWire:
+    return RestoreWire(attempt_id=command.attempt_id, work=command.work)
+
+
+def worker_reprioritize_to_wire(command: ReprioritizeOnWorker) -> ReprioritizeWire:
+    return ReprioritizeWire(job_id=command.job_id, priority=command.priority)
+
+
+def worker_batch_to_wire(commands: Sequence[WorkerCommand]) -> WorkerBatchWire:
+    """One request with the commands queued for a worker, each kind in its list in the order
+    it was queued."""
+    return WorkerBatchWire(
+        start=[placement_to_wire(c.placement) for c in commands
+               if isinstance(c, StartOnWorker)],
+        stop=[stop_to_wire(c) for c in commands if isinstance(c, StopOnWorker)],
+        reprioritize=[worker_reprioritize_to_wire(c) for c in commands
+                      if isinstance(c, ReprioritizeOnWorker)],
+        checkpoint=[a for c in commands if isinstance(c, CheckpointOnWorker)
+                    for a in c.attempt_ids],
+        restore=[restore_to_wire(c) for c in commands if isinstance(c, RestoreOnWorker)],
+    )
+
+
+def job_reprioritized_from_wire(wire: ReprioritizeWire, stimulus_id: str) -> JobReprioritized:
+    return JobReprioritized(stimulus_id, wire.job_id, wire.priority)
+
+
+def checkpoint_requested_from_wire(wire: WorkerBatchWire,
+                                   stimulus_id: str) -> TaskCheckpointRequested:
+    """The batch's checkpoint requests, as one event (the worker makes none of an empty list)."""
+    return TaskCheckpointRequested(stimulus_id, tuple(wire.checkpoint))
+
+
+def task_restored_from_wire(wire: RestoreWire, stimulus_id: str) -> TaskRestored:
+    return TaskRestored(stimulus_id, wire.attempt_id, wire.work)
+
+
 # --- requests: GM -> LM --------------------------------------------------------------------------
 
 
@@ -350,6 +411,14 @@ class ReprioritizeRequest(WireModel):
     gm: Name
     job_id: Name
     priority: Priority
+
+
+def cancel_request_to_wire(send: SendCancel, gm: str) -> CancelRequest:
+    return CancelRequest(gm=gm, attempt_id=send.attempt_id)
+
+
+def cancel_requested_from_wire(wire: CancelRequest, stimulus_id: str) -> CancelRequested:
+    return CancelRequested(stimulus_id, wire.gm, wire.attempt_id)
 
 
 def reprioritize_request_to_wire(send: SendReprioritize, gm: str) -> ReprioritizeRequest:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from api.endpoints import Endpoints
 from common.errors import InvalidInput
 from common.federation import Federation
 from loadgen.credentials import user_tokens
@@ -66,9 +67,7 @@ def gm_addresses(options: list[str], federation: Federation) -> dict[str, str]:
             if not sep or not url.startswith(("http://", "https://")):
                 raise InvalidInput("--gm", f"expected ID=http://host:port, got {option!r}")
             table[gm.strip()] = url.rstrip("/")
-    else:
-        from services.endpoints import Endpoints  # the services' own parser of the variable
-
+    else:  # the services' own reading of the variable
         table = {gm: url for gm, url in Endpoints.from_env().table.items()
                  if gm in federation.gms}
     missing = [gm for gm in federation.gms if gm not in table]

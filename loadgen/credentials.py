@@ -1,4 +1,4 @@
-"""Where `megha replay` finds the user queues' tokens it sends jobs with (services/auth.py).
+"""Where `megha replay` finds the user queues' tokens it sends jobs with (api/auth.py).
 
 In order: `--tokens FILE` (KEY=VALUE lines, as the `.env` that scripts/testbed.sh writes and
 the `tokens.env` that services/local.py writes), the `MEGHA_USER_TOKENS` variable (the
@@ -13,8 +13,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from api.auth import AUTH_ENV, USER_TOKENS_ENV, parse_user_tokens
 from common.errors import InvalidInput
-from services.auth import AUTH_ENV, USER_TOKENS_ENV, parse_user_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 

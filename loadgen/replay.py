@@ -47,9 +47,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from api.peers import PeerClient, PeerError, PeerResponse
 from loadgen.progress import Progress, quiet
 from loadgen.workload import ReplayJob
-from services.peers import PeerClient, PeerError, PeerResponse
 
 LATE_AFTER = 0.1  # seconds behind schedule before a submission counts as late
 SUBMIT_ATTEMPTS = 8  # per job, over about 30 s of backoff: a GM restarting comes back in that

@@ -21,6 +21,6 @@ trap stop_engine_we_started EXIT
 bash scripts/venv.sh
 bash scripts/chromium.sh >/dev/null
 echo "== ruff"
-.venv/bin/ruff check common services loadgen inspection simulator megha twin tests benchmarks
+.venv/bin/ruff check common api services loadgen inspection simulator megha twin tests benchmarks
 echo "== pytest"
 .venv/bin/pytest -q "$@"

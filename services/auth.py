@@ -18,6 +18,9 @@ Secure by default: a service whose token is not set refuses to start, naming the
 The check is a FastAPI dependency given to the app itself (`secure_app`), so a route added
 later is authenticated without anyone remembering to; `seal` refuses an app holding a route
 the dependency does not cover. Tokens are compared with `hmac.compare_digest`.
+
+The variables' names and the reading of a token list are api/auth.py's, shared with the
+clients that send the tokens (`megha replay`).
 """
 
 from __future__ import annotations
@@ -33,20 +36,15 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.routing import APIRoute
 from starlette.routing import Route
 
+from api.auth import AUTH_ENV, CLUSTER_TOKEN_ENV, USER_TOKENS_ENV, check_token, parse_user_tokens
 from common.errors import InvalidInput
 from services.bodylimit import BodyLimit, max_body_bytes_from_env
 
-CLUSTER_TOKEN_ENV = "MEGHA_CLUSTER_TOKEN"
-USER_TOKENS_ENV = "MEGHA_USER_TOKENS"
-AUTH_ENV = "MEGHA_AUTH"  # "off" disables checking (and is logged loudly)
 # The only paths answered without a token, on every service.
 OPEN_PATHS = frozenset({"/healthz", "/metrics"})
 # The GM's routes a user token may call (route templates, any method); the rest need the
 # cluster token.
 USER_PATHS = frozenset({"/v1/jobs", "/v1/jobs/{job_id}", "/v1/queues"})
-MIN_TOKEN_LENGTH = 16
-# RFC 6750's token68 without "=" (a user token is written `queue=TOKEN`)
-TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,42 +59,6 @@ class Principal:
 
 
 OPERATOR = Principal("cluster", None)
-
-
-def check_token(where: str, token: str) -> str:
-    """A token as given, or InvalidInput naming `where` (never echoing the token)."""
-    if len(token) < MIN_TOKEN_LENGTH:
-        raise InvalidInput(where, f"is {len(token)} characters long; a token needs at least "
-                                  f"{MIN_TOKEN_LENGTH} (e.g. python3 -c 'import secrets; "
-                                  f"print(secrets.token_urlsafe(24))')")
-    bad = sorted(set(token) - TOKEN_CHARS)
-    if bad:
-        raise InvalidInput(where, f"contains {''.join(bad)!r}; tokens use letters, digits "
-                                  f"and -._~+/ only")
-    return token
-
-
-def parse_user_tokens(text: str, env: str = USER_TOKENS_ENV) -> dict[str, str]:
-    """`q1=TOKEN1,q2=TOKEN2` as {queue: token}; each bad item is named by its position."""
-    tokens: dict[str, str] = {}
-    for index, item in enumerate(part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        queue, sep, token = (part.strip() for part in item.partition("="))
-        where = f"{env}[{index}]"
-        if not sep or not queue or not token:
-            shown = item if not sep else f"{queue}=..."
-            raise InvalidInput(where, f"expected QUEUE=TOKEN, got {shown!r}")
-        if queue in tokens:
-            raise InvalidInput(where, f"queue {queue!r} has a token already")
-        tokens[queue] = check_token(f"{where} (queue {queue!r})", token)
-    seen: dict[str, str] = {}
-    for queue, token in tokens.items():
-        if token in seen:
-            raise InvalidInput(env, f"queues {seen[token]!r} and {queue!r} share a token; "
-                                    f"a token must name one queue")
-        seen[token] = queue
-    return tokens
 
 
 def generate_token() -> str:

@@ -36,6 +36,7 @@ from collections import deque
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
@@ -43,6 +44,7 @@ from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import ValidationError
 
+from api.peers import PeerClient, PeerError
 from common.commands import (
     ContinuePass,
     JobEnded,
@@ -66,12 +68,12 @@ from common.policies.fairness import dominant
 from common.reasons import Reason
 from common.startlog import gm_starting
 from common.wire import (
-    CancelRequest,
     JobSubmission,
     LMReply,
     LMSnapshotWire,
     TaskEventBatchWire,
     TopologyCache,
+    cancel_request_to_wire,
     heartbeat_from_wire,
     job_from_wire,
     launch_request_to_wire,
@@ -98,7 +100,6 @@ from services.broker import (
     jobs_queue,
     task_events_queue,
 )
-from services.endpoints import Endpoints
 from services.eventlog import EventLog
 from services.http import (
     add_shared_routes,
@@ -109,10 +110,12 @@ from services.http import (
     required_env,
     wire_body,
 )
-from services.peers import PeerClient, PeerError
 from services.ratelimit import SubmissionRates, retry_after
 from services.runtime import CoreRunner
 from services.store import GMStore
+
+if TYPE_CHECKING:
+    from api.endpoints import Endpoints
 
 LM_REQUEST_TIMEOUT = 2.0  # seconds per try; an LM answers a batch in milliseconds
 LM_CONNECT_TRIES = 3  # an LM that refuses connections is down: give up after these
@@ -440,16 +443,16 @@ class GMService:
 
     def _queue_cancel(self, command: SendCancel) -> None:
         outbox = self.cancel_outboxes.get(command.lm)
-        if outbox is None or not outbox.offer(command.attempt_id):
+        if outbox is None or not outbox.offer(command):
             self.log.emit("cancel_dropped", {"gm": self.gm_id, "lm": command.lm,
                                              "attempt": command.attempt_id,
                                              "reason": "outbox full" if outbox else "unknown LM"})
 
-    async def _send_cancels(self, lm: str, attempt_ids) -> None:
+    async def _send_cancels(self, lm: str, commands: Sequence[SendCancel]) -> None:
         url = self.endpoints.url(lm) + "/v1/cancel"
-        for attempt_id in attempt_ids:
+        for command in commands:
             with contextlib.suppress(PeerError):
-                body = CancelRequest(gm=self.gm_id, attempt_id=attempt_id)
+                body = cancel_request_to_wire(command, self.gm_id)
                 await self.client.post(url, body.model_dump_json())
 
     def _queue_reprioritize(self, command: SendReprioritize) -> None:

@@ -28,7 +28,7 @@ AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
 
 
 def service_port(service: str, endpoints: str) -> int:
-    """This service's port from MEGHA_ENDPOINTS (the same table services/endpoints.py reads)."""
+    """This service's port from MEGHA_ENDPOINTS (the same table api/endpoints.py reads)."""
     for item in endpoints.split(","):
         name, _, url = item.strip().partition("=")
         if name.strip() == service:

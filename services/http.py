@@ -1,6 +1,6 @@
 """Small helpers the HTTP services share: wire bodies in and out of FastAPI, reachability of a
 peer as log events, and starting a service (its environment, then uvicorn). Requests to peers
-are services/peers.py.
+are api/peers.py.
 
 Wire bodies are parsed with the wire model's own JSON parser (`model_validate_json`), not
 FastAPI's body binding: the wire models are written for JSON mode (infinite priorities travel
@@ -27,10 +27,10 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import generate_latest
 from pydantic import BaseModel, ValidationError
 
+from api.endpoints import Endpoints
 from common.errors import InvalidInput
 from common.federation import Federation, load_federation
 from services.auth import OPEN_PATHS
-from services.endpoints import Endpoints
 from services.eventlog import BackgroundWriter, EventLog
 
 JSON = "application/json"

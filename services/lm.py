@@ -54,11 +54,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Gauge
 
+from api.peers import PeerClient, PeerUnreachable, request_with_retry
 from common.commands import (
     CheckpointOnWorker,
     PublishHeartbeat,
@@ -69,7 +71,7 @@ from common.commands import (
     StartOnWorker,
     StopOnWorker,
 )
-from common.events import CancelRequested, DispatchFailed, TaskEventBacklog, Tick
+from common.events import DispatchFailed, TaskEventBacklog, Tick
 from common.federation import Federation
 from common.lm import LocalMaster
 from common.startlog import lm_capacity
@@ -78,29 +80,25 @@ from common.wire import (
     LaunchRequest,
     PreemptRequest,
     ReprioritizeRequest,
-    ReprioritizeWire,
-    RestoreWire,
-    StopWire,
     TaskEventBatchWire,
     TaskEventWire,
-    WorkerBatchWire,
     WorkerHeartbeatWire,
     WorkerReport,
     WorkerReportBatch,
+    cancel_requested_from_wire,
     launch_requested_from_wire,
-    placement_to_wire,
     preempt_requested_from_wire,
     reply_to_wire,
     reprioritize_requested_from_wire,
     snapshot_to_wire,
     task_event_to_wire,
+    worker_batch_to_wire,
     worker_heartbeat_from_wire,
     worker_report_to_event,
 )
 from services.auth import AuthConfig, auth_from_env, seal, secure_app
 from services.batching import BatchSender
 from services.broker import HEARTBEAT_EXCHANGE, TASK_EVENTS_EXCHANGE, Broker, BrokerUnavailable
-from services.endpoints import Endpoints
 from services.eventlog import EventLog
 from services.http import (
     PeerLink,
@@ -116,8 +114,11 @@ from services.http import (
     wire_response,
 )
 from services.outbox_wal import RecordId, TaskEventLog, next_epoch
-from services.peers import PeerClient, PeerUnreachable, request_with_retry
 from services.runtime import CoreRunner
+
+if TYPE_CHECKING:
+    from api.endpoints import Endpoints
+    from common.wire import WorkerCommand
 
 WORKER_CALL_TRIES = 5  # ~1.5 s of backoff: then the worker timeout takes over
 # A worker's outbox holds the starts and stops not yet handed over: the core launches only
@@ -296,8 +297,7 @@ class LMService:
         self._check_gm(wire.gm)
         attempt = self.core.running.get(wire.attempt_id)
         cancelled = attempt is not None and attempt.placement.gm == wire.gm
-        self.runner.handle(CancelRequested(self.runner.stimulus("cancel"), wire.gm,
-                                           wire.attempt_id))
+        self.runner.handle(cancel_requested_from_wire(wire, self.runner.stimulus("cancel")))
         return {"attempt_id": wire.attempt_id, "cancelled": cancelled}
 
     def reprioritize(self, wire: ReprioritizeRequest) -> dict:
@@ -358,22 +358,11 @@ class LMService:
         if not self.worker_outboxes[command.worker].offer(command):
             self.worker_calls_failed.labels(_WORKER_CALLS[type(command)]).inc()
 
-    async def _send_to_worker(self, worker: str, batch: Sequence[
-            StartOnWorker | StopOnWorker | CheckpointOnWorker | RestoreOnWorker
-            | ReprioritizeOnWorker]) -> None:
+    async def _send_to_worker(self, worker: str, batch: Sequence[WorkerCommand]) -> None:
         """One request with everything queued for `worker`, retried a few times."""
         starts = [c for c in batch if isinstance(c, StartOnWorker)]
         stops = [c for c in batch if isinstance(c, StopOnWorker)]
-        body = WorkerBatchWire(
-            start=[placement_to_wire(c.placement) for c in starts],
-            stop=[StopWire(attempt_id=c.attempt_id, reason=str(c.reason)) for c in stops],
-            reprioritize=[ReprioritizeWire(job_id=c.job_id, priority=c.priority) for c in batch
-                          if isinstance(c, ReprioritizeOnWorker)],
-            checkpoint=[a for c in batch if isinstance(c, CheckpointOnWorker)
-                        for a in c.attempt_ids],
-            restore=[RestoreWire(attempt_id=c.attempt_id, work=c.work) for c in batch
-                     if isinstance(c, RestoreOnWorker)],
-        ).model_dump_json()
+        body = worker_batch_to_wire(batch).model_dump_json()
         url = f"{self.worker_urls[worker]}/v1/tasks/batch"
         try:
             response = await request_with_retry(self.client, "POST", url, body=body,
@@ -529,55 +518,61 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
     app = secure_app(f"megha LM {lm_id}", lifespan_of(service), auth)
     app.state.service = service
 
-    def launch_route(kind: str) -> Callable[[Request], Awaitable[Response]]:
-        async def route(request: Request) -> Response:
-            wire = await parse_body(request, LaunchRequest)
-            if wire.kind != kind:
-                raise body_error("kind", f"this path takes kind {kind!r}, got {wire.kind!r}",
-                                 wire.kind)
-            return service.launch(wire)
+    async def launch_body(request: Request, kind: str) -> LaunchRequest:
+        """A launch request on the path of its kind (which the body names too)."""
+        wire = await parse_body(request, LaunchRequest)
+        if wire.kind != kind:
+            raise body_error("kind", f"this path takes kind {kind!r}, got {wire.kind!r}",
+                             wire.kind)
+        return wire
 
-        return route
+    # The handlers answer with a Response of their own (the wire model's JSON, or no body);
+    # `response_class` says which in the OpenAPI document.
+    @app.post("/v1/launch", response_class=JSONResponse,
+              openapi_extra=wire_body(LaunchRequest))
+    async def launch(request: Request) -> Response:
+        return service.launch(await launch_body(request, "launch"))
 
+    @app.post("/v1/repartition", response_class=JSONResponse,
+              openapi_extra=wire_body(LaunchRequest))
+    async def repartition(request: Request) -> Response:
+        return service.launch(await launch_body(request, "repartition"))
+
+    @app.post("/v1/preempt", response_class=JSONResponse,
+              openapi_extra=wire_body(PreemptRequest))
     async def preempt(request: Request) -> Response:
         return service.preempt(await parse_body(request, PreemptRequest))
 
+    @app.post("/v1/cancel", status_code=202, response_class=JSONResponse,
+              openapi_extra=wire_body(CancelRequest))
     async def cancel(request: Request) -> Response:
         return JSONResponse(service.cancel(await parse_body(request, CancelRequest)), 202)
 
+    @app.post("/v1/reprioritize", status_code=202, response_class=JSONResponse,
+              openapi_extra=wire_body(ReprioritizeRequest))
     async def reprioritize(request: Request) -> Response:
         return JSONResponse(service.reprioritize(await parse_body(request, ReprioritizeRequest)),
                             202)
 
+    @app.post("/v1/worker/report", status_code=202, response_class=Response,
+              openapi_extra=wire_body(WorkerReport))
     async def worker_report(request: Request) -> Response:
         service.worker_report(await parse_body(request, WorkerReport))
         await service.task_events_durable()
         return Response(status_code=202)
 
+    @app.post("/v1/worker/reports", status_code=202, response_class=Response,
+              openapi_extra=wire_body(WorkerReportBatch))
     async def worker_reports(request: Request) -> Response:
         service.worker_reports(await parse_body(request, WorkerReportBatch))
         await service.task_events_durable()
         return Response(status_code=202)
 
+    @app.post("/v1/worker/heartbeat", status_code=202, response_class=Response,
+              openapi_extra=wire_body(WorkerHeartbeatWire))
     async def worker_heartbeat(request: Request) -> Response:
         service.worker_heartbeat(await parse_body(request, WorkerHeartbeatWire))
         return Response(status_code=202)
-
-    # each route: its handler, its body (for the OpenAPI document), its status and whether it
-    # answers JSON or no body
-    posts: dict[str, tuple[Callable[[Request], Awaitable[Response]], type, int, type]] = {
-        "/v1/launch": (launch_route("launch"), LaunchRequest, 200, JSONResponse),
-        "/v1/repartition": (launch_route("repartition"), LaunchRequest, 200, JSONResponse),
-        "/v1/preempt": (preempt, PreemptRequest, 200, JSONResponse),
-        "/v1/cancel": (cancel, CancelRequest, 202, JSONResponse),
-        "/v1/reprioritize": (reprioritize, ReprioritizeRequest, 202, JSONResponse),
-        "/v1/worker/report": (worker_report, WorkerReport, 202, Response),
-        "/v1/worker/reports": (worker_reports, WorkerReportBatch, 202, Response),
-        "/v1/worker/heartbeat": (worker_heartbeat, WorkerHeartbeatWire, 202, Response),
-    }
-    for path, (route, model, status, answer) in posts.items():
-        app.add_api_route(path, route, methods=["POST"], status_code=status,
-                          response_class=answer, openapi_extra=wire_body(model))
 
     @app.get("/v1/state")
     async def get_state() -> dict:
@@ -589,7 +584,6 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
         return {"lm": lm_id, "epoch": service.core.epoch, "recovering": service.core.recovering,
                 "broker_connected": service.broker.connected,
                 "backlogged": service.core.backlogged}
-
 
     add_shared_routes(app, service.core, service.runner.registry, service.runner.received)
     return seal(app)

@@ -8,7 +8,7 @@ their `main()` reads, waits until each answers `/healthz`, prints the endpoints,
 in the foreground until interrupted; then it stops every process it started. Each process's
 JSON event log goes to `DIR/<id>.log` (ids with a slash become `lm-1_w0.log`).
 
-Tokens (services/auth.py): MEGHA_CLUSTER_TOKEN and MEGHA_USER_TOKENS from the environment if
+Tokens (api/auth.py): MEGHA_CLUSTER_TOKEN and MEGHA_USER_TOKENS from the environment if
 both are set, else fresh random ones; either way they are written to `DIR/tokens.env`
 (readable by the owner only) for `megha replay --tokens` and curl. `headers(queue)` gives a
 test's HTTP client the cluster token's header (or a queue's).
@@ -31,10 +31,11 @@ from pathlib import Path
 
 import httpx
 
+from api.auth import CLUSTER_TOKEN_ENV, USER_TOKENS_ENV, parse_user_tokens
+from api.endpoints import ENV as ENDPOINTS_ENV
+from api.endpoints import Endpoints
 from common.federation import Federation, load_federation
-from services import auth
-from services.endpoints import ENV as ENDPOINTS_ENV
-from services.endpoints import Endpoints
+from services.auth import generate_env
 
 ROOT = Path(__file__).resolve().parent.parent
 RABBITMQ = ROOT / "scripts" / "rabbitmq.sh"
@@ -105,12 +106,11 @@ class LocalFederation:
                                     for k, service in enumerate(self.roles)})
         self.processes: dict[str, subprocess.Popen] = {}
         self._started_broker = False
-        given = {name: os.environ.get(name, "") for name in (auth.CLUSTER_TOKEN_ENV,
-                                                             auth.USER_TOKENS_ENV)}
+        given = {name: os.environ.get(name, "") for name in (CLUSTER_TOKEN_ENV, USER_TOKENS_ENV)}
         self.token_env = (given if all(given.values()) else
-                          auth.generate_env([queue.name for queue in self.federation.queues]))
-        self.cluster_token = self.token_env[auth.CLUSTER_TOKEN_ENV]
-        self.user_tokens = auth.parse_user_tokens(self.token_env[auth.USER_TOKENS_ENV])
+                          generate_env([queue.name for queue in self.federation.queues]))
+        self.cluster_token = self.token_env[CLUSTER_TOKEN_ENV]
+        self.user_tokens = parse_user_tokens(self.token_env[USER_TOKENS_ENV])
         self.tokens_file = self.logs / "tokens.env"  # written at start
 
     def headers(self, queue: str | None = None) -> dict[str, str]:

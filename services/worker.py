@@ -47,22 +47,16 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Gauge
 
+from api.peers import PeerClient, PeerError, PeerUnreachable, request_with_retry
 from common.commands import KillTask, ReportToLM, RunTask
 from common.errors import InvalidInput
-from common.events import (
-    JobReprioritized,
-    TaskAssigned,
-    TaskCancelled,
-    TaskCheckpointRequested,
-    TaskRestored,
-    TaskRunEnded,
-)
+from common.events import TaskAssigned, TaskCancelled, TaskRunEnded
 from common.federation import Federation
 from common.messages import Placement
 from common.reasons import Reason
@@ -71,15 +65,17 @@ from common.wire import (
     WorkerBatchWire,
     WorkerReport,
     WorkerReportBatch,
+    checkpoint_requested_from_wire,
+    job_reprioritized_from_wire,
     placement_from_wire,
     placement_to_wire,
     report_to_wire,
+    task_restored_from_wire,
     worker_heartbeat_to_wire,
 )
 from common.worker import AttemptState, WorkerAgent
 from services.auth import AuthConfig, auth_from_env, seal, secure_app
 from services.batching import BatchSender
-from services.endpoints import Endpoints
 from services.eventlog import EventLog
 from services.http import (
     PeerLink,
@@ -91,8 +87,10 @@ from services.http import (
     read_service_env,
     wire_body,
 )
-from services.peers import PeerClient, PeerError, PeerUnreachable, request_with_retry
 from services.runtime import CoreRunner
+
+if TYPE_CHECKING:
+    from api.endpoints import Endpoints
 
 REPORT_GIVE_UP_SECONDS = 60.0  # an LM away longer has marked our nodes down anyway
 REPORT_BATCH = 500  # reports per request
@@ -210,14 +208,13 @@ class WorkerService:
             stopped.append({"attempt_id": item.attempt_id,
                             "was": None if was is None else str(was)})
         for item in wire.reprioritize:
-            self.runner.handle(JobReprioritized(self.runner.stimulus("reprioritize"),
-                                                item.job_id, item.priority))
+            self.runner.handle(job_reprioritized_from_wire(
+                item, self.runner.stimulus("reprioritize")))
         if wire.checkpoint:
-            self.runner.handle(TaskCheckpointRequested(self.runner.stimulus("checkpoint"),
-                                                       tuple(wire.checkpoint)))
+            self.runner.handle(checkpoint_requested_from_wire(
+                wire, self.runner.stimulus("checkpoint")))
         for item in wire.restore:
-            self.runner.handle(TaskRestored(self.runner.stimulus("restore"), item.attempt_id,
-                                            item.work))
+            self.runner.handle(task_restored_from_wire(item, self.runner.stimulus("restore")))
         return {"started": started, "stopped": stopped, "refused": refused}
 
     def cancel(self, attempt_id: str, reason: Reason) -> AttemptState | None:
@@ -444,7 +441,6 @@ def create_app(federation: Federation, worker_id: str, endpoints: Endpoints, *,
     async def healthz() -> dict:
         return {"worker": worker_id, "lm": service.lm_id,
                 "lm_reachable": service.lm_link.reachable}
-
 
     add_shared_routes(app, service.core, service.runner.registry, service.runner.received)
     return seal(app)

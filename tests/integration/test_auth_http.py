@@ -20,10 +20,10 @@ import httpx
 import pytest
 from test_federation import CONFIG, ROOT, free_port_block
 
+from api.endpoints import Endpoints
 from loadgen.replay import Replayer
 from loadgen.workload import ReplayJob, ReplayTask
 from services.auth import OPEN_PATHS, generate_token
-from services.endpoints import Endpoints
 from services.local import LocalFederation
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -27,11 +27,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from api.auth import CLUSTER_TOKEN_ENV
+from api.endpoints import ENV as ENDPOINTS_ENV
+from api.endpoints import Endpoints
 from common.federation import load_federation
-from services.auth import CLUSTER_TOKEN_ENV, generate_token
+from services.auth import generate_token
 from services.broker import HEARTBEAT_EXCHANGE, TASK_EVENTS_EXCHANGE, Broker, task_events_queue
-from services.endpoints import ENV as ENDPOINTS_ENV
-from services.endpoints import Endpoints
 
 pytestmark = [pytest.mark.integration]
 

@@ -7,10 +7,11 @@ import pytest
 from fastapi import FastAPI, HTTPException
 from starlette.responses import PlainTextResponse
 
+from api.auth import parse_user_tokens
 from common.errors import InvalidInput
 from loadgen.credentials import user_tokens
 from services import auth
-from services.auth import OPERATOR, AuthConfig, Principal, parse_user_tokens
+from services.auth import OPERATOR, AuthConfig, Principal
 from services.bodylimit import DEFAULT_MAX_BODY_BYTES, max_body_bytes_from_env
 from services.ratelimit import SubmissionRates, TokenBucket, retry_after
 

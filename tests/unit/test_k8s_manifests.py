@@ -29,8 +29,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from api.endpoints import Endpoints
 from common.federation import Federation, load_federation
-from services.endpoints import Endpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"

@@ -11,7 +11,18 @@ from bitarray import frozenbitarray
 from pydantic import BaseModel, ValidationError
 
 from common.cluster import ClusterTopology, LMSnapshot, RunningInfo
-from common.commands import ReplyToGM, ReportToLM, SendLaunch, SendPreempt, SendReprioritize
+from common.commands import (
+    CheckpointOnWorker,
+    ReplyToGM,
+    ReportToLM,
+    ReprioritizeOnWorker,
+    RestoreOnWorker,
+    SendLaunch,
+    SendPreempt,
+    SendReprioritize,
+    StartOnWorker,
+    StopOnWorker,
+)
 from common.errors import InvalidInput
 from common.events import (
     LaunchRequested,
@@ -62,6 +73,7 @@ from common.wire import (
     snapshot_to_wire,
     task_event_from_wire,
     task_event_to_wire,
+    worker_batch_to_wire,
     worker_heartbeat_from_wire,
     worker_heartbeat_to_wire,
     worker_report_to_event,
@@ -400,6 +412,22 @@ def test_a_nan_priority_is_refused_and_a_worker_takes_only_finite_ones() -> None
     batch = WorkerBatchWire.model_validate_json(
         '{"reprioritize": [{"job_id": "j", "priority": 3}]}')
     assert [(r.job_id, r.priority) for r in batch.reprioritize] == [("j", 3.0)]
+
+
+def test_a_worker_batch_holds_each_kind_in_its_list_in_the_order_queued() -> None:
+    first, second = make_placement(1), make_placement(2, priority=math.inf)
+    batch = through_json(worker_batch_to_wire([
+        StopOnWorker("w0", "j1/0#9", Reason.PREEMPTED), StartOnWorker("w0", first),
+        CheckpointOnWorker("w0", ("a", "b")), ReprioritizeOnWorker("w0", "j1", 2.0),
+        StartOnWorker("w0", second), RestoreOnWorker("w0", "a", 1.5),
+        StopOnWorker("w0", "j1/0#8", Reason.CANCELLED), CheckpointOnWorker("w0", ("c",))]))
+    assert [placement_from_wire(p) for p in batch.start] == [first, second]
+    assert batch.stop == [StopWire(attempt_id="j1/0#9", reason="preempted"),
+                          StopWire(attempt_id="j1/0#8", reason="cancelled")]
+    assert batch.checkpoint == ["a", "b", "c"]
+    assert [(r.job_id, r.priority) for r in batch.reprioritize] == [("j1", 2.0)]
+    assert [(r.attempt_id, r.work) for r in batch.restore] == [("a", 1.5)]
+    assert worker_batch_to_wire([]) == WorkerBatchWire()
 
 
 # --- snapshots and the topology cache ------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""HTTP from one service to another (GM -> LM, LM -> worker agent, worker agent -> LM).
+"""HTTP from one service to another (GM -> LM, LM -> worker agent, worker agent -> LM), and
+from the load generator to the GMs.
 
 Why aiohttp here and httpx elsewhere: these calls are the services' hot path, made hundreds of
 times a second on the testbed's two cores, and the client's own cost per request decides how

@@ -2,7 +2,8 @@
 
 It comes from the environment (`MEGHA_ENDPOINTS="gm-1=http://gm-1:8000,lm-1=http://..."`),
 so the same federation file serves local processes (ports on 127.0.0.1) and containers
-(service names). Worker ids contain a slash (`lm-1/w0`); that is fine here.
+(service names). Worker ids contain a slash (`lm-1/w0`); that is fine here. The services read
+it to find each other, `megha replay` to find the GMs.
 """
 
 from __future__ import annotations
