@@ -55,7 +55,6 @@ def fill(lms: list[LocalMaster], occupancy: float, rng: random.Random) -> None:
         for i in range(len(lm.topology)):
             used = min(1.0, max(0.0, rng.gauss(occupancy, 0.08))) if occupancy else 0.0
             state.take(i, int(NODE.cpu_m * used), int(NODE.mem_mib * used))
-        lm._snapshot_cache = None
 
 
 def feasible_constraints(rng: random.Random, topologies) -> frozenset[int]:

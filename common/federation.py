@@ -140,7 +140,7 @@ from common.policies.fairness import (
 from common.policies.job import JOB_POLICIES
 from common.policies.local_queue import LOCAL_QUEUE_POLICIES
 from common.policies.placement import PLACEMENT_POLICIES
-from common.policies.redundancy.copies import COPY_POLICIES
+from common.policies.redundancy.copies import COPY_POLICIES, reprioritizes
 from common.policies.registry import Registry
 from common.resources import Resources
 from common.speed import SpeedModel
@@ -736,8 +736,7 @@ class Federation:
             epoch=epoch,
             lm_window=self.limits.lm_requests_in_flight,
             pass_tasks=self.limits.gm_pass_tasks or None,
-            reprioritize=(policies.local_queues.depth > 0
-                          or policies.redundancy.policy != "none"),
+            reprioritize=reprioritizes(policies.local_queues.depth, policies.redundancy.policy),
             # Each GM its own stream (pilot choices), still fixed by the file's seed.
             seed=derived_seed(self.seed, "gm", gm_id),
         )

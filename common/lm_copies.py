@@ -28,8 +28,9 @@ progress a cancelled copy had made is shared at once, if it was ahead.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bitarray import bitarray
 
@@ -41,6 +42,9 @@ from common.messages import Placement
 from common.policies.redundancy.copies import COPY_POLICIES, Candidates, wanted_copies
 from common.reasons import Reason
 from common.step import Step
+
+if TYPE_CHECKING:
+    from common.lm_queues import NodeQueueBook
 
 CANCELLED_MEMORY = 10_000  # cancelled copies remembered, for the reports still on their way
 _PROGRESS_EPSILON = 1e-9  # work-seconds: a report this close to the best is not ahead of it
@@ -183,6 +187,12 @@ class CopyBook:
             step.emit(Log("copy_cancelled", self._fields(copy, why="lost", detail=detail)))
             self.dirty = True
 
+    def checkpointed(self, step: Step, attempt_id: str, work: float) -> None:
+        """An original or a copy answered a checkpoint: it has done `work`."""
+        copy = self.copies.get(attempt_id)
+        original = copy.placement.copy_of if copy is not None else attempt_id
+        self.progress(step, original, attempt_id, work)
+
     def progress(self, step: Step, original: str, reporter: str, work: float) -> None:
         """An attempt of `original`'s group reported `work` done: an answer of its round
         (the attempts behind the best continue from it once the round is complete), or a
@@ -224,10 +234,14 @@ class CopyBook:
         """A copy it runs, or one it cancelled whose reports may still come."""
         return attempt_id in self.copies or attempt_id in self._cancelled
 
-    def cancelled_since(self, attempt_id: str) -> float | None:
-        """When the LM cancelled this copy, if it remembers doing so."""
-        entry = self._cancelled.get(attempt_id)
-        return None if entry is None else entry[1]
+    def listed(self, copy_id: str, now: float, grace: float) -> bool:
+        """A worker's heartbeat lists this copy: known, or cancelled less than `grace` ago
+        (its stop is on the way). False: the LM stops it, being unknown (of an earlier
+        incarnation of this LM) or cancelled longer ago (its stop was lost)."""
+        if self.acknowledge(copy_id):
+            return True
+        entry = self._cancelled.get(copy_id)
+        return entry is not None and now - entry[1] <= grace
 
     def node_taken(self, step: Step, i: int) -> None:
         """A GM's attempt is about to start on node i: its copy, if any, makes way first."""
@@ -248,29 +262,30 @@ class CopyBook:
         self.dirty = True
 
     def missing(self, nodes: Sequence[int], listed: set[str], now: float,
-                acknowledged_after: float, unacknowledged_after: float) -> Iterator[str]:
+                overdue: Callable[[float, bool, float], bool]) -> Iterator[str]:
         """Copies on `nodes` their worker's heartbeat does not list, past the grace the LM
-        gives its own attempts: a heartbeat may overtake a copy's launch or its end."""
+        gives its own attempts (`overdue`, common/lm_workers.py): a heartbeat may overtake a
+        copy's launch or its end."""
         for i in nodes:
             copy_id = self.on_node.get(i)
             if copy_id is None or copy_id in listed:
                 continue
             copy = self.copies[copy_id]
-            age = now - copy.launched_at
-            if age > (acknowledged_after if copy.acknowledged else unacknowledged_after):
+            if overdue(copy.launched_at, copy.acknowledged, now):
                 yield copy_id
 
     # -- the decision --------------------------------------------------------------------------
 
-    def rebalance(self, step: Step, queued: Sequence[int], accepting: bool) -> None:
+    def rebalance(self, step: Step, queues: NodeQueueBook | None, accepting: bool) -> None:
         """Cancel the copies no longer wanted, launch the missing ones: after every event of
-        the LM, at once when nothing changed its candidates, copies or nodes."""
+        the LM, at once when nothing changed its candidates, copies or nodes. `queues`: the
+        LM's local queues (None: it has none), whose nodes with queued attempts are busy."""
         journal = self.state.journal
         if (not self.dirty and journal is self._journal and len(journal) == self._read
                 and accepting == self._accepting):
             return
         self.dirty = False
-        no_longer_idle = self._sync_idle(queued, accepting)
+        no_longer_idle = self._sync_idle(None if queues is None else queues.counts, accepting)
         if not self.copies and (not self.candidates or not self.idle.any()):
             return  # the common case under load: nothing idle, or nothing to copy
         for i in no_longer_idle:  # a node down, a GM's task there, the LM not taking work
@@ -375,7 +390,7 @@ class CopyBook:
         for copy_id in group.copies:
             yield copy_id, workers[self.copies[copy_id].node_index]
 
-    def _sync_idle(self, queued: Sequence[int], accepting: bool) -> list[int]:
+    def _sync_idle(self, queued: Sequence[int] | None, accepting: bool) -> list[int]:
         """Bring the idle set up to the LM's state (the nodes its journal names since the
         last call); the nodes that were idle and are no longer."""
         journal = self.state.journal
@@ -392,7 +407,8 @@ class CopyBook:
         state, topology = self.state, self.topology
         lost = []
         for i in changed:
-            now = (state.up[i] and not queued[i] and state.free_cpu[i] == topology.cap_cpu[i]
+            now = (state.up[i] and (queued is None or not queued[i])
+                   and state.free_cpu[i] == topology.cap_cpu[i]
                    and state.free_mem[i] == topology.cap_mem[i])
             if idle[i] and not now:
                 lost.append(i)
@@ -411,12 +427,12 @@ class CopyBook:
 
     # -- invariants ----------------------------------------------------------------------------
 
-    def validate(self, queued: Sequence[int], accepting: bool) -> None:
+    def validate(self, queues: NodeQueueBook | None, accepting: bool) -> None:
         """Copies only on idle nodes, one a node, each in its original's group; the idle set
         as the LM's truth has it; candidates and groups only of originals that run."""
         state, topology, lm = self.state, self.topology, self.topology.lm
         for i in range(len(topology)):
-            idle = (accepting and state.up[i] and not queued[i]
+            idle = (accepting and state.up[i] and (queues is None or not queues.counts[i])
                     and state.free_cpu[i] == topology.cap_cpu[i]
                     and state.free_mem[i] == topology.cap_mem[i])
             if bool(self.idle[i]) != idle:

@@ -19,6 +19,7 @@ from common.gm import GlobalMaster, GMConfig
 from common.lm import LocalMaster
 from common.models import NodeSpec
 from common.policies.fairness import UserQueue
+from common.policies.redundancy.copies import reprioritizes
 from common.reasons import Reason
 from common.resources import Resources
 from common.routing import ROUTES, StimulusIds
@@ -109,8 +110,7 @@ class Federation:
                                      **topology_kwargs)
         # as `Federation.gm_config` (common/federation.py): GMs send reprioritizations only
         # where workers order by priority
-        reprioritize = (kwargs.get("queue_depth", 0) > 0
-                        or kwargs.get("redundancy", "none") != "none")
+        reprioritize = reprioritizes(kwargs.get("queue_depth", 0), kwargs.get("redundancy", "none"))
         configs = [GMConfig(gm, tuple(queues), job_policy=job_policy, fairness=fairness,
                             seed=seed, reprioritize=reprioritize) for gm in gms]
         return cls(topologies, configs, **kwargs)

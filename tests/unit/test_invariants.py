@@ -62,6 +62,7 @@ from common.lm import LocalMaster
 from common.messages import Placement, RequestKind
 from common.models import JobSpec, NodeSpec, TaskSpec
 from common.policies.fairness import UserQueue
+from common.policies.redundancy.copies import makes_copies, reprioritizes
 from common.reasons import Reason
 from common.resources import Resources
 from common.worker import WorkerAgent
@@ -283,7 +284,7 @@ class FederationMachine(RuleBasedStateMachine):
                                      workers_per_lm=workers_per_lm)
         placement = "best_fit" if best_fit else "first_fit"
         # as `Federation.gm_config`: reprioritizations only where workers order by priority
-        reprioritize = self.queue_depth > 0 or self.redundancy != "none"
+        reprioritize = reprioritizes(self.queue_depth, self.redundancy)
         configs = [GMConfig(gm, queues, job_policy=self.job_policy, placement=placement,
                             seed=seed, reprioritize=reprioritize) for gm in gms]
         self.fed = Federation(topologies, configs, queue_depth=self.queue_depth,
@@ -442,7 +443,7 @@ class FederationMachine(RuleBasedStateMachine):
         names = ["repartition", "task_preempted", "task_lost", "launch_refused", "task_queued",
                  "preemption_refused", "node_down", "job_failed", "job_reprioritized",
                  "worker_reprioritized"]
-        if self.redundancy != "none":
+        if makes_copies(self.redundancy):
             names += ["copy_launched", "copy_finished_late", "task_restored"]
             event(f"a copy won: {'yes' if any(r.event == 'copy_won' and r.fields['by_copy'] for _, r in self.fed.logs) else 'no'}")  # noqa: E501
         for name in names:
@@ -634,8 +635,7 @@ def federation_of(node_constraints: dict[str, list[frozenset[int]]], num_gms: in
     queues = tuple(UserQueue(f"u{g}", round(1 / num_gms, 6), gm)
                    for g, gm in enumerate(gms, start=1))
     # as `Federation.gm_config`: reprioritizations only where workers order by priority
-    reprioritize = (kwargs.get("queue_depth", 0) > 0
-                    or kwargs.get("redundancy", "none") != "none")
+    reprioritize = reprioritizes(kwargs.get("queue_depth", 0), kwargs.get("redundancy", "none"))
     fed = Federation(topologies, [GMConfig(gm, queues, reprioritize=reprioritize)
                                   for gm in gms], **kwargs)
     fed.tick()

@@ -13,6 +13,10 @@ the favoured task.
 - `laps+r`: the `ceil(beta n)` latest arrivals, the latest first;
 - `none`: no copies.
 
+Each policy declares whether it makes copies at all (`copies`, False only for `none`): what
+depends on that (an LM's copy book, the GMs' reprioritizations) asks `makes_copies` or
+`reprioritizes`, never a policy's name.
+
 `max_copies` (the original included; 0: no bound) caps what one task gets; what the cap
 leaves over goes to the next chosen tasks in order, up to the cap each.
 
@@ -91,6 +95,7 @@ class Candidates:
 
 class CopyPolicy(Protocol):
     name: str
+    copies: bool  # whether it ever gives a task copies ("none" does not: its LMs keep no book)
 
     def chosen(self, candidates: int) -> int:
         """How many of the candidates may get copies."""
@@ -104,6 +109,8 @@ COPY_POLICIES: Registry[type[CopyPolicy]] = Registry("policies.redundancy.policy
 
 
 class _Policy:
+    copies = True
+
     def __init__(self, beta: float = 0.5) -> None:
         if not (isinstance(beta, int | float) and 0 < beta <= 1 and math.isfinite(beta)):
             raise InvalidInput("beta", f"must be in (0, 1], got {beta!r}")
@@ -115,6 +122,8 @@ class _Policy:
 
 @COPY_POLICIES.register("none")
 class NoCopies(_Policy):
+    copies = False
+
     def chosen(self, candidates: int) -> int:
         return 0
 
@@ -138,6 +147,19 @@ class FairCopies(_Policy):
 class LapsCopies(FairCopies):
     def chosen(self, candidates: int) -> int:
         return max(1, math.ceil(self.beta * candidates)) if candidates else 0
+
+
+def makes_copies(policy: str) -> bool:
+    """Whether the copy policy named `policy` gives tasks copies; an unknown name is refused."""
+    return COPY_POLICIES.get(policy).copies
+
+
+def reprioritizes(queue_depth: int, policy: str) -> bool:
+    """Whether a job's changed priority matters past its GM: its tasks wait in the workers'
+    local queues in priority order (`queue_depth` > 0) or run as candidates for copies ordered
+    by it. Only then do GMs send reprioritizations and LMs index their attempts by job
+    (docs/local-queues.md, Estimates that change)."""
+    return queue_depth > 0 or makes_copies(policy)
 
 
 def wanted_copies(policy: CopyPolicy, candidates: Candidates, idle: int,
