@@ -1,7 +1,8 @@
 """Every experiment at a tiny size, for a refactoring that must not change what they compute.
 
 Prints one `name=sha256` line per experiment: the hash of its results.json with the figures
-that measure this machine (wall seconds, memory) taken out. Run it on two checkouts and diff.
+that measure this machine (wall seconds, memory) taken out, and the checkout's own folder in
+paths written as <root>. Run it on two checkouts and diff.
 
     python benchmarks/guard_experiments.py /tmp/before > before.txt
 """
@@ -29,17 +30,18 @@ EXPERIMENTS = {
                "--jobs", "20", "--values", "slearn,fifo,oracle"],
     "redundancy": ["redundancy", "--machines", "10", "--rates", "0.1,0.25", "--horizon", "200",
                    "--seeds", "2"],
-    "redundancy-federated": ["redundancy", "--preset", "federated", "--jobs", "20", "--nodes",
-                             "40", "--lms", "2", "--loads", "0.5,1.2", "--seeds", "2"],
+    "redundancy-federated": ["redundancy-cluster", "--jobs", "20", "--nodes", "40", "--lms",
+                             "2", "--loads", "0.5,1.2", "--seeds", "2"],
     "packing": ["packing", "--offline-jobs", "6", "--jobs", "12", "--machines", "3",
                 "--weights", "equal,priority", "--loads", "1.2"],
-    "packing-federated": ["packing", "--preset", "federated", "--jobs", "40", "--nodes", "12",
-                          "--loads", "1.3", "--weights", "random", "--values", "wspt,lp"],
+    "packing-federated": ["packing-cluster", "--jobs", "40", "--nodes", "12", "--loads", "1.3",
+                          "--weights", "random", "--values", "wspt,lp"],
     "fairness": ["fairness", "--sizes", "10,20", "--jobs", "3", "--values",
                  "paper,default,none"],
 }
 MACHINE_KEYS = {"wall_s", "wall", "peak_rss_mib", "rss_mib", "seconds", "lp_seconds",
-                "solve_s", "elapsed_s", "cpu_s", "handle_s", "steps_per_s", "events_per_s"}
+                "lp_max_seconds", "solve_s", "elapsed_s", "cpu_s", "handle_s", "steps_per_s",
+                "events_per_s"}
 
 
 def _strip(value):
@@ -47,6 +49,8 @@ def _strip(value):
         return {key: _strip(item) for key, item in value.items() if key not in MACHINE_KEYS}
     if isinstance(value, list):
         return [_strip(item) for item in value]
+    if isinstance(value, str):  # a path into the checkout: the same file in another checkout
+        return value.replace(str(ROOT), "<root>")
     return value
 
 

@@ -25,8 +25,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "run a workload on a simulated cluster (10k to 50k nodes) under the federated "
                  "core, a centralized one, Sparrow or random placement"),
     "experiment": ("simulator.experiments",
-                   "the papers' simulation studies: baselines, cluster size, GMs and LMs, "
-                   "heartbeat interval, SLearn's predictors, redundancy (SRPT+R)"),
+                   "the papers' simulation studies, one sub-command each (Megha's figures, "
+                   "fairness, SLearn's predictors, redundancy, packing): `megha experiment "
+                   "--help` lists them"),
     "twin": ("twin.command",
              "run one workload on the real services and in the simulator, fit the "
              "simulator's model of time from the services' logs, and say how far apart they "

@@ -5,12 +5,14 @@ The cluster is a federation file (`--config`, as the testbed's) or a shape (`--n
 `--gms`, `--lms`); the workload takes the options of `megha replay`. Schedulers: `megha` (the
 federated core), `centralized` (the same core as one GM and one LM over the whole cluster),
 `sparrow` and `random` (simulator/baselines.py).
+
+The experiments (simulator/experiments/) run `simulate_once` too, with the typed settings of
+simulator/run_settings.py instead of the command line.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import sys
@@ -23,18 +25,23 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from common.errors import InvalidInput
-from common.federation import Federation, Variability
-from common.policies.job import JOB_POLICIES
-from common.policies.placement import PLACEMENT_POLICIES
-from common.policies.redundancy.copies import COPY_POLICIES
+from common.federation import Federation
 from loadgen.sources import add_workload_arguments, build_workload, load_config
-from simulator.baselines import DEFAULT_PROBE_RATIO, RandomSimulation, SparrowSimulation
+from simulator.baselines import RandomSimulation, SparrowSimulation
 from simulator.cluster import PAPER_NODE, SLOT, shaped_federation
-from simulator.engine import DelayModel
 from simulator.eventlog import SimLog
 from simulator.federated import FederatedSimulation, job_specs
-from simulator.processing import parse_processing
-from simulator.timemodel import TimeModel
+from simulator.run_settings import (
+    Overrides,
+    RunSettings,
+    Timing,
+    add_check_argument,
+    add_policy_arguments,
+    add_probe_ratio_argument,
+    add_timing_arguments,
+    check_slot_options,
+    workload_options,
+)
 
 SCHEDULERS = ("megha", "centralized", "sparrow", "random")
 
@@ -58,51 +65,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--slots", action="store_true",
                      help="slot mode: every node one slot, every task one slot (Sparrow's "
                           "and the published Megha simulator's model)")
-    sim.add_argument("--delay", default=None, metavar="DIST",
-                     help="one-way network delay, s (default 0.0005; any distribution)")
-    sim.add_argument("--calibration", type=Path, default=None, metavar="FILE",
-                     help="megha and centralized: the model of time fitted from the services' "
-                          "own logs by `megha twin calibrate` (each hop's delay, each role's "
-                          "processing costs) instead of one --delay for every message; "
-                          "processing defaults to 'model' with its costs")
-    sim.add_argument("--processing", type=_processing, default=None,
-                     metavar="{none,measured,model,model:SCALE}",
-                     help="each service a single server taking time on every event: "
-                          "'model', the calibrated cost of what its core did (repeatable; "
-                          "docs/processing.md; model:0.1, those costs times 0.1), or "
-                          "'measured', its core's CPU time (not repeatable); default none "
-                          "(cores take no time), and model for the experiments of the Megha "
-                          "paper's figures")
-    sim.add_argument("--job-policy", choices=JOB_POLICIES.names(), default=None,
-                     help="megha and centralized: the GMs' job policy (default: the "
-                          "federation file's; fifo for --nodes)")
-    sim.add_argument("--placement", choices=PLACEMENT_POLICIES.names(), default=None,
-                     help="megha and centralized: which fitting node a task gets (default: "
-                          "the federation file's; first_fit for --nodes)")
-    sim.add_argument("--pass-tasks", type=int, default=None, metavar="N",
-                     help="megha and centralized: tasks one GM step places before its pass "
-                          "goes on in a later step (the federation file's [limits] "
-                          "gm_pass_tasks; 0: no bound, a whole job per step, the default)")
-    sim.add_argument("--variability", choices=("none", "two-state", "gamma"), default=None,
-                     help="megha and centralized: how nodes' speeds vary, with its defaults "
-                          "(default: the federation file's [variability]; none for --nodes)")
-    sim.add_argument("--queue-depth", type=int, default=None, metavar="N",
-                     help="megha and centralized: tasks may wait in a busy node's local queue "
-                          "at its worker, up to N per node, in SRPT order (default: the "
-                          "federation file's [policies.local_queues] depth; 0 for --nodes)")
-    sim.add_argument("--redundancy", choices=COPY_POLICIES.names(), default=None,
-                     help="megha and centralized: redundant copies of running tasks on each "
-                          "LM's idle nodes, the first to finish winning (default: the "
-                          "federation file's [policies.redundancy] policy; none for --nodes)")
-    sim.add_argument("--probe-ratio", type=float, default=DEFAULT_PROBE_RATIO,
-                     help="sparrow: probes per task (default 2)")
+    add_timing_arguments(sim)
+    add_policy_arguments(sim)
+    add_probe_ratio_argument(sim)
     sim.add_argument("--log", type=Path, default=None,
                      help="the event log (default sim-logs/<scheduler>.log)")
     sim.add_argument("--no-log", action="store_true", help="write no event log")
     sim.add_argument("--results", type=Path, default=None,
                      help="write the run's figures (megha inspect's JSON) here")
-    sim.add_argument("--no-check", action="store_true",
-                     help="skip the end-of-run invariant checks")
+    add_check_argument(sim)
     add_workload_arguments(parser)
 
 
@@ -118,7 +89,7 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
                                               "([timing]) or use --nodes")
         if args.slots:
             raise InvalidInput("--slots", "slot mode needs a generated cluster: give --nodes")
-        return with_overrides(federation, args), path
+        return Overrides.from_args(args).apply(federation), path
     if args.config is not None:
         raise InvalidInput("--nodes", "give either --config or --nodes, not both")
     node = parse_node(args.node)
@@ -126,43 +97,8 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
     federation = shaped_federation(
         args.nodes, gms, lms, slots=args.slots, node=node, nodes_per_worker=args.nodes_per_worker,
         heartbeat_interval=10.0 if args.heartbeat is None else args.heartbeat, seed=args.seed)
-    return with_overrides(federation, args), f"{args.nodes} nodes, {gms} GMs, {lms} LMs"
-
-
-def with_overrides(federation: Federation, args: argparse.Namespace) -> Federation:
-    """`federation` with what the command line overrides, where given: its GMs' job policy
-    (`--job-policy`) and placement (`--placement`), its nodes' speed model (`--variability`,
-    with that model's defaults), its local queues' depth (`--queue-depth`) and its LMs'
-    copies (`--redundancy`)."""
-    policies = federation.policies
-    job_policy = getattr(args, "job_policy", None)
-    if job_policy is not None:
-        policies = policies.model_copy(update={"job": job_policy})
-    placement = getattr(args, "placement", None)
-    if placement is not None:
-        policies = policies.model_copy(update={"placement": placement})
-    pass_tasks = getattr(args, "pass_tasks", None)
-    if pass_tasks is not None:
-        if pass_tasks < 0:
-            raise InvalidInput("--pass-tasks", f"must be >= 0, got {pass_tasks}")
-        federation = dataclasses.replace(federation, limits=federation.limits.model_copy(
-            update={"gm_pass_tasks": pass_tasks}))
-    queue_depth = getattr(args, "queue_depth", None)
-    if queue_depth is not None:
-        if queue_depth < 0:
-            raise InvalidInput("--queue-depth", f"must be >= 0, got {queue_depth}")
-        policies = policies.model_copy(update={
-            "local_queues": policies.local_queues.model_copy(update={"depth": queue_depth})})
-    redundancy = getattr(args, "redundancy", None)
-    if redundancy is not None:
-        policies = policies.model_copy(update={
-            "redundancy": policies.redundancy.model_copy(update={"policy": redundancy})})
-    if policies is not federation.policies:  # a new federation is checked again: only if so
-        federation = dataclasses.replace(federation, policies=policies)
-    variability = getattr(args, "variability", None)
-    if variability is not None:
-        federation = dataclasses.replace(federation, variability=Variability(model=variability))
-    return federation
+    return (Overrides.from_args(args).apply(federation),
+            f"{args.nodes} nodes, {gms} GMs, {lms} LMs")
 
 
 def parse_node(text: str) -> tuple[int, int]:
@@ -221,53 +157,46 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _processing(text: str) -> str:
-    """--processing's value, checked here so a typo fails before anything runs."""
-    try:
-        parse_processing(text)
-    except InvalidInput as error:
-        raise argparse.ArgumentTypeError(error.message) from None
-    return text
-
-
-def simulate_once(args: argparse.Namespace, scheduler: str, federation: Federation,
+def simulate_once(settings: RunSettings, scheduler: str, federation: Federation,
                   where: str, log_path: Path | None, name: str | None = None) -> dict:
-    """One run: the workload of `args` on `federation` under `scheduler`; prints a few lines
-    and returns megha inspect's figures with the run's wall time, virtual time and steps."""
+    """One run: the workload of `settings` on `federation` under `scheduler`; prints a few
+    lines and returns megha inspect's figures with the run's wall time, virtual time and
+    steps."""
     with _collector_paused():
-        return _simulate(args, scheduler, federation, where, log_path, name)
+        return _simulate(settings, scheduler, federation, where, log_path, name)
 
 
-def _simulate(args: argparse.Namespace, scheduler: str, federation: Federation,
+def _simulate(settings: RunSettings, scheduler: str, federation: Federation,
               where: str, log_path: Path | None, name: str | None) -> dict:
     # in slot mode each task takes a whole slot, whatever the workload asked for it
-    workload = build_workload(args, federation, Path(str(where)), prefix="",
-                              task_cpu_m=SLOT[0] if args.slots else None)
-    jobs = job_specs(workload.jobs, SLOT if args.slots else None)
-    delay, time_model, timing = time_settings(args, scheduler)
-    processing = args.processing or ("model" if time_model else "none")  # the default
+    workload = build_workload(settings.workload, federation, Path(str(where)), prefix="",
+                              task_cpu_m=SLOT[0] if settings.slots else None)
+    jobs = job_specs(workload.jobs, SLOT if settings.slots else None)
+    delay, time_model, timing = settings.timing.resolve(scheduler)
+    processing = settings.processing or ("model" if time_model else "none")  # the default
     log = SimLog(name or scheduler, log_path)
     tasks = sum(len(job.tasks) for job in jobs)
     print(f"simulating {scheduler} on {where}: {len(jobs)} jobs, {tasks} tasks from "
           f"{workload.name}; {timing}, processing {processing}"
-          f"{', slot mode' if args.slots else ''}", flush=True)
+          f"{', slot mode' if settings.slots else ''}", flush=True)
     bar = _Bar()
     started = time.perf_counter()
     try:
         if scheduler in ("sparrow", "random"):
             kind = SparrowSimulation if scheduler == "sparrow" else RandomSimulation
-            extra = {"probe_ratio": args.probe_ratio} if scheduler == "sparrow" else {}
-            sim = kind(federation, jobs, log, delay=delay, seed=args.seed, progress=bar, **extra)
+            extra = {"probe_ratio": settings.probe_ratio} if scheduler == "sparrow" else {}
+            sim = kind(federation, jobs, log, delay=delay, seed=settings.seed, progress=bar,
+                       **extra)
             sim.run()
             virtual, steps, rejected = sim.engine.now, sim.engine.steps, 0
         else:
             sim = FederatedSimulation(federation, jobs, log,
                                       delay=None if time_model else delay,
-                                      processing=processing, seed=args.seed, progress=bar,
+                                      processing=processing, seed=settings.seed, progress=bar,
                                       time_model=time_model)
             outcome = sim.run()
             virtual, steps, rejected = outcome.virtual_s, outcome.steps, len(outcome.rejected)
-            if not args.no_check:
+            if settings.check:
                 sim.check_invariants()
     finally:
         bar.close()
@@ -293,37 +222,17 @@ def _simulate(args: argparse.Namespace, scheduler: str, federation: Federation,
                      "rejected_jobs": rejected}
 
 
-def time_settings(args: argparse.Namespace,
-                  scheduler: str = "megha") -> tuple[DelayModel, TimeModel | None, str]:
-    """The network delay, the time model of `--calibration` if given (megha and centralized
-    only: the baselines are models of their own), and how to say which is in force."""
-    delay = DelayModel.parse(getattr(args, "delay", None))
-    path = getattr(args, "calibration", None)
-    if path is None:
-        return delay, None, f"delay {delay}"
-    if args.delay is not None:
-        raise InvalidInput("--delay", "--calibration gives each hop its own delay: give one "
-                                      "or the other")
-    if scheduler not in ("megha", "centralized"):
-        return delay, None, f"delay {delay} (--calibration applies to megha and centralized)"
-    model = TimeModel.load(path)
-    return delay, model, f"time model {path} ({model.describe()})"
-
-
-def check_slot_options(args: argparse.Namespace) -> None:
-    if args.slots and (args.cpu_m is not None or args.mem_mib is not None):
-        raise InvalidInput("--slots", "slot mode gives every task one slot: drop --cpu-m and "
-                                      "--mem-mib")
-
-
 def run(args: argparse.Namespace) -> int:
-    check_slot_options(args)
+    check_slot_options(args.slots, args)
     federation, where = cluster(args)
     path = None if args.no_log else (args.log or Path("sim-logs") / f"{args.scheduler}.log")
     # The run's million-odd objects are garbage in cycles (through the cores' records):
     # `simulate_once` leaves them frozen, so they go with the process instead of costing the
     # collection at exit a second.
-    result = simulate_once(args, args.scheduler, federation, str(where), path)
+    settings = RunSettings(workload_options(args), Timing(args.delay, args.calibration),
+                           processing=args.processing, slots=args.slots,
+                           probe_ratio=args.probe_ratio, check=not args.no_check)
+    result = simulate_once(settings, args.scheduler, federation, str(where), path)
     if args.results is not None:
         args.results.write_text(json.dumps(result, indent=1))
     return 0

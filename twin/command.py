@@ -34,21 +34,25 @@ from common.errors import InvalidInput
 from common.federation import Federation
 from inspection.command import analyse
 from inspection.reader import ReadCounts, read_events
+from loadgen.paper_workloads import YH1_SUB
 from loadgen.sources import add_workload_arguments, build_workload, load_config
 from loadgen.workload import ReplayJob, ReplayTask
 from simulator.cluster import SLOT, shaped_federation, shaped_federation_text
 from simulator.command import parse_node
 from simulator.engine import DelayModel
 from simulator.eventlog import SimLog
-from simulator.experiments import write_results
+from simulator.experiments.results import (
+    Report,
+    inspection_page,
+    results_document,
+    write_reports,
+)
 from simulator.federated import FederatedSimulation, job_specs
 from simulator.timemodel import TimeModel
 from twin import compare
 from twin.fit import fit
 from twin.services import ServicesDidNotRun, ServicesRun, run_on_services
 
-ROOT = Path(__file__).resolve().parent.parent
-YH1_SUB = ROOT / "deploy" / "workloads" / "YH1_sub.tr"
 # The judged workload when none is given: YH1_sub's first 200 jobs (9,670 tasks), arrivals
 # 100 times closer and tasks 1,000 times shorter: 55 s of arrivals, about 175 tasks/s, a third
 # of 1,000 slots busy on average (bursts above: its jobs are wide)
@@ -269,7 +273,8 @@ def run_twin(args: argparse.Namespace) -> int:
                # this process: the replayer, both simulations and the analysis
                "harness_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     out.mkdir(parents=True, exist_ok=True)
-    write_results("twin", out, reports, args.html, figures)
+    document = results_document("twin", reports, figures=figures, comparison=True)
+    write_reports([Report(document, page=inspection_page(document))], out, args.html)
     console = Console() if sys.stdout.isatty() else Console(width=150)
     compare.render(console, reports, divergences)
     compare.render_hops(console, hops)

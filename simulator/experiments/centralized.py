@@ -3,8 +3,9 @@ GM and one LM over the whole cluster, the same core), the Megha paper's Figure 6
 the centralized scheduler is far slower at 10,000 and 20,000 nodes because one GM and one LM
 do all the work.
 
-`--values` lists node counts (default 10000,20000); at each, megha (4 GMs, 25 LMs unless
-`--gms`, `--lms`) and centralized run YH1_sub with modelled processing
+A sweep of a simulated cluster (cluster_sweep.py). `--values` lists node counts (default
+10000,20000); at each, megha (4 GMs, 25 LMs unless `--gms`, `--lms`) and centralized run the
+alibaba stand-in, as the paper, with modelled processing
 (simulator/processing.py): without processing time both would place every task two network
 delays after its arrival. The figures: each pair's allocation-time percentiles (p50, p90,
 p99, p99.9, max, mean), centralized over megha, and each run's CDF (the runs'
@@ -13,15 +14,16 @@ p99, p99.9, max, mean), centralized over megha, and each run's CDF (the runs'
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
 
 from common.errors import InvalidInput
+from simulator.experiments.cluster_sweep import ClusterSweep
+from simulator.experiments.registry import EXPERIMENTS
 
 PERCENTILES = ("p50", "p90", "p99", "p99.9", "max", "mean")
 
 
-def runs(values: list[str]) -> list[tuple[str, dict]]:
+def runs(values: tuple[str, ...]) -> list[tuple[str, dict]]:
     """megha and centralized at each node count."""
     out = []
     for value in values:
@@ -36,9 +38,9 @@ def runs(values: list[str]) -> list[tuple[str, dict]]:
     return out
 
 
-def figures(reports: list[dict]) -> dict:
-    """Per node count: both schedulers' allocation percentiles (ms) and their ratios,
-    printed; results.json's `figures`."""
+def figures(reports: list[dict]) -> tuple[dict, tuple[Table, ...]]:
+    """Per node count: both schedulers' allocation percentiles (ms) and their ratios:
+    results.json's `figures`, and their table."""
     by_name = {report["name"]: report for report in reports}
     pairs = {}
     for report in reports:
@@ -59,8 +61,7 @@ def figures(reports: list[dict]) -> dict:
             table.add_row(nodes, label, *(f"{pair[key].get(p, 0):.2f}" for p in PERCENTILES))
         table.add_row(nodes, "ratio", *(_ratio(pair["centralized_over_megha"].get(p))
                                         for p in PERCENTILES))
-    Console(width=140).print(table)
-    return {"by_nodes": pairs}
+    return {"by_nodes": pairs}, (table,)
 
 
 def _percentiles(report: dict) -> dict:
@@ -70,3 +71,12 @@ def _percentiles(report: dict) -> dict:
 
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+EXPERIMENTS.register(ClusterSweep(
+    name="centralized",
+    summary="megha against one GM and one LM over the whole cluster: allocation time "
+            "percentiles and CDF (the Megha paper's Figure 6)",
+    swept="node counts", default_values="10000,20000", plan=runs,
+    defaults={"gms": 4, "lms": 25}, sets=frozenset({"scheduler", "nodes"}), workload="alibaba",
+    figures_of=figures))

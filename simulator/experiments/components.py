@@ -1,7 +1,9 @@
 """`megha experiment components`: where megha's allocation time goes, the Megha paper's
-Figure 7 (communication over 90%, processing under 3%, framework queuing about 7%).
+Figure 7 (communication over 90%, processing under 3%, framework queuing about 7%), a sweep of
+a simulated cluster (cluster_sweep.py).
 
-One run by default: YH1_sub on 10,000 nodes, 4 GMs and 25 LMs (`baselines`'s cluster), with
+By default: the cloudera stand-in, as the paper, on 10,000 nodes, 4 GMs and 25 LMs
+(`baselines`'s cluster), at our calibrated costs and at 0.1 and 0.03 of them, with
 modelled processing (simulator/processing.py), so that each service is a single server whose
 events wait behind one another. `--values` lists schedulers (megha, centralized). The figures
 are each run's `breakdown.components` (inspection/analysis.py): communication, processing at
@@ -11,11 +13,12 @@ resources and worker queuing, their mean and share of the mean allocation time.
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
 
 from common.errors import InvalidInput
 from inspection.analysis import COMPONENTS
+from simulator.experiments.cluster_sweep import ClusterSweep
+from simulator.experiments.registry import EXPERIMENTS
 from simulator.processing import parse_processing
 
 SCHEDULERS = ("megha", "centralized")
@@ -24,7 +27,7 @@ PAPER_SHARES = {"communication": "> 90%", "processing_gm": "< 3% (all processing
                 "framework_queuing": "~7%", "batch_wait": "(in its queuing, in part)"}
 
 
-def runs(values: list[str]) -> list[tuple[str, dict]]:
+def runs(values: tuple[str, ...]) -> list[tuple[str, dict]]:
     """(run name, change from the base shape) per value: a scheduler, or SCHEDULER@SCALE for
     its services with the modelled costs times SCALE (megha@0.1: ten times faster)."""
     out = []
@@ -46,10 +49,10 @@ def runs(values: list[str]) -> list[tuple[str, dict]]:
     return out
 
 
-def figures(reports: list[dict]) -> dict:
+def figures(reports: list[dict]) -> tuple[dict, tuple[Table, ...]]:
     """Each run's components, as the mean over tasks and as the median (the paper took the
-    median of each component), each with its share of the sum; printed as a table and
-    returned as results.json's `figures`."""
+    median of each component), each with its share of the sum: results.json's `figures`, and
+    their table."""
     shares = {report["name"]: _components(report) for report in reports}
     table = Table(title="allocation time by component: mean ms and share; median ms and share "
                         "of the medians (the paper's measure)")
@@ -68,8 +71,7 @@ def figures(reports: list[dict]) -> dict:
             cells.append(f"{figures_of['median_ms'][part]:.3f}  "
                          f"{figures_of['median_share'][part]:6.1%}")
         table.add_row(part.replace("_", " "), *cells, PAPER_SHARES.get(part, ""))
-    Console(width=160).print(table)
-    return {"components": shares}
+    return {"components": shares}, (table,)
 
 
 def _components(report: dict) -> dict | None:
@@ -89,3 +91,15 @@ def _shares_of(values: dict[str, float]) -> dict[str, float]:
     total = sum(max(value, 0.0) for value in values.values())
     return {part: max(value, 0.0) / total if total > 0 else 0.0
             for part, value in values.items()}
+
+
+EXPERIMENTS.register(ClusterSweep(
+    name="components",
+    summary="where megha's allocation time goes: communication, processing, queuing, "
+            "retries (the Megha paper's Figure 7)",
+    # the calibrated model, and services 10 and 33 times faster: how fast they must be for
+    # communication to dominate as in the paper
+    swept="schedulers (SCHEDULER@SCALE: its costs times SCALE)",
+    default_values="megha,megha@0.1,megha@0.03", plan=runs,
+    defaults={"nodes": 10_000, "gms": 4, "lms": 25}, sets=frozenset({"scheduler"}),
+    workload="cloudera", figures_of=figures))

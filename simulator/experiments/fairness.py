@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
 from common.errors import InvalidInput
@@ -45,12 +44,32 @@ from common.federation import FairnessOptionsTable, Federation
 from common.models import JobSpec, TaskSpec
 from common.policies.fairness import UserQueue
 from common.resources import Resources
-from simulator import command as simulate
 from simulator.cluster import SLOT, shaped_federation
 from simulator.engine import DelayModel
 from simulator.eventlog import SimLog
+from simulator.experiments.common import (
+    NODES_PER_WORKER,
+    add_seed_option,
+    add_shape_options,
+    add_values_option,
+    at_least,
+    listed,
+    numbers,
+)
+from simulator.experiments.registry import EXPERIMENTS
+from simulator.experiments.results import (
+    Page,
+    Report,
+    inspection_result,
+    results_document,
+)
 from simulator.federated import FederatedSimulation
-from simulator.sweep import Run, progress_printer, run_sweep
+from simulator.run_settings import (
+    Timing,
+    add_check_argument,
+    add_timing_arguments,
+)
+from simulator.sweep import Run
 from simulator.timemodel import TimeModel
 
 QUEUES = (UserQueue("q1", 0.10, "gm-1"), UserQueue("q2", 0.25, "gm-2"),
@@ -83,13 +102,6 @@ VARIANTS: dict[str, tuple[str, dict]] = {
 }
 DEFAULT_VARIANTS = ("paper,default,paper+job-order,paper+heartbeat-usage,paper+refused-front,"
                     "none")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("fairness experiment")
-    group.add_argument("--sizes", default=SIZES,
-                       help=f"fairness: cluster sizes in nodes, comma-separated (default "
-                            f"{SIZES})")
 
 
 @dataclass(frozen=True)
@@ -149,9 +161,18 @@ def federation_for(cluster: Cluster, variant: str, seed: int) -> Federation:
     return dataclasses.replace(shaped, queues=QUEUES, policies=policies)
 
 
+@dataclass(frozen=True)
+class Model:
+    """How a run takes time: the network's delay or a time model, and processing."""
+
+    delay: DelayModel
+    time_model: TimeModel | None
+    processing: str
+    check: bool  # the end-of-run invariant checks
+
+
 def simulate_variant(cluster: Cluster, variant: str, workload: Workload, seed: int,
-                     check: bool, time_model: TimeModel | None = None,
-                     log: Path | None = None) -> dict:
+                     model: Model, log: Path | None = None) -> dict:
     """One variant on one cluster, wherever the sweep sends it: megha inspect's figures and
     the shares over time and under contention."""
     federation = federation_for(cluster, variant, seed)
@@ -160,11 +181,11 @@ def simulate_variant(cluster: Cluster, variant: str, workload: Workload, seed: i
     started = time.perf_counter()
     try:
         sim = FederatedSimulation(federation, jobs, sim_log,
-                                  delay=None if time_model else DelayModel.parse(None),
-                                  seed=seed, time_model=time_model,
-                                  processing="model" if time_model else "none")
+                                  delay=None if model.time_model else model.delay,
+                                  seed=seed, time_model=model.time_model,
+                                  processing=model.processing)
         outcome = sim.run()
-        if check:
+        if model.check:
             sim.check_invariants()
     finally:
         sim_log.close()
@@ -226,75 +247,94 @@ def contention_shares(sim_log: SimLog, workload: Workload) -> dict:
             "configured": {queue.name: queue.share for queue in QUEUES}}
 
 
-def _listed(text: str, known, what: str, option: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    for name in names:
-        if name not in known:
-            raise InvalidInput(option, f"{name!r} is not a {what} (known: {', '.join(known)})")
-    return names
+@dataclass(frozen=True)
+class FairnessOptions:
+    variants: tuple[str, ...]
+    sizes: tuple[int, ...]  # nodes
+    workload: Workload
+    lms: int
+    heartbeat: float
+    nodes_per_worker: int
+    seed: int
+    model: Model
+    timing: str  # which model of time is in force, in words
 
 
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise InvalidInput("--sizes", f"expected node counts like {SIZES}, got {text!r}") from None
-    if not sizes or min(sizes) < LMS:
+class Fairness:
+    name = "fairness"
+    summary = ("the Megha paper's fairness study (Figures 10, 11): 4 user queues of shares "
+               "10/25/15/50% on 3 GMs contending in phases, every variant of Algorithm 2")
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("fairness: the variants, the clusters, the workload")
+        add_values_option(group, "fairness variants", DEFAULT_VARIANTS)
+        group.add_argument("--sizes", default=SIZES,
+                           help=f"cluster sizes in nodes, comma-separated (default {SIZES})")
+        group.add_argument("--nodes", type=int, default=None,
+                           help="one cluster of this many nodes instead of --sizes")
+        add_shape_options(group, {"lms": LMS, "heartbeat": HEARTBEAT_S,
+                                  "nodes_per_worker": NODES_PER_WORKER})
+        group.add_argument("--jobs", type=int, default=JOBS_PER_QUEUE,
+                           help=f"jobs per queue (default {JOBS_PER_QUEUE}; a job's width "
+                                f"follows from it and the cluster's size)")
+        add_seed_option(group)
+        model = parser.add_argument_group("the model")
+        add_timing_arguments(model, said="none, model with --calibration")
+        add_check_argument(model)
+
+    def options(self, args: argparse.Namespace) -> FairnessOptions:
+        variants = listed(args.values or DEFAULT_VARIANTS, VARIANTS, "--values",
+                          "a fairness variant")
+        sizes = (args.nodes,) if args.nodes is not None else _sizes(args.sizes)
+        at_least("--jobs", args.jobs, 1)
+        at_least("--lms", args.lms, 1)
+        at_least("--nodes-per-worker", args.nodes_per_worker, 1)
+        delay, time_model, timing = Timing(args.delay, args.calibration).resolve()
+        model = Model(delay, time_model, args.processing or ("model" if time_model else "none"),
+                      check=not args.no_check)
+        return FairnessOptions(variants, sizes, Workload(jobs_per_queue=args.jobs), args.lms,
+                               args.heartbeat, args.nodes_per_worker, args.seed, model, timing)
+
+    def describe(self, options: FairnessOptions) -> str:
+        workload = options.workload
+        sizes = "".join(f"\n  {nodes} nodes: jobs of {workload.width(nodes)} tasks, "
+                        f"{4 * workload.jobs_per_queue * workload.width(nodes):,} tasks"
+                        for nodes in options.sizes)
+        queues = ", ".join(f"{queue.name} {queue.share:.0%} on {queue.gm}" for queue in QUEUES)
+        return (f"variants {', '.join(options.variants)}; queues {queues}; {options.lms} LMs, "
+                f"heartbeat {options.heartbeat:g} s, slot mode; {workload.jobs_per_queue} "
+                f"jobs per queue{sizes}\n  time: {options.timing}; processing "
+                f"{options.model.processing}")
+
+    def runs(self, options: FairnessOptions, logs: Path | None) -> list[Run]:
+        return [Run(f"{nodes}/{variant}", simulate_variant,
+                    (Cluster(nodes, options.lms, options.heartbeat, options.nodes_per_worker),
+                     variant, options.workload, options.seed, options.model),
+                    None if logs is None else logs / f"{nodes}-{variant}.log")
+                for nodes in options.sizes for variant in options.variants]
+
+    def run_line(self, result: dict) -> str:
+        shares = result["contention"]["mean_share"]
+        counts = result["counts"]
+        return (f"contention shares {' '.join(f'{q} {s:.0%}' for q, s in shares.items())}, "
+                f"{counts['preemptions']} preemptions, virtual {result['virtual_s']:,.0f} s")
+
+    def figures(self, options: FairnessOptions, results: list[dict]) -> list[Report]:
+        points = [(nodes, variant) for nodes in options.sizes for variant in options.variants]
+        runs = [result | {"name": f"{nodes}/{variant}"}
+                for (nodes, variant), result in zip(points, results, strict=True)]
+        document = results_document("fairness", runs, comparison=True)
+        return [Report(document, (fairness_table(runs),), _page(document))]
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    sizes = numbers(text, "--sizes", int, f"node counts like {SIZES}")
+    if min(sizes) < LMS:
         raise InvalidInput("--sizes", f"each cluster needs at least {LMS} nodes, got {text!r}")
     return sizes
 
 
-def run(args: argparse.Namespace) -> int:
-    from simulator.experiments import write_results
-
-    for option in ("log", "results", "config", "job_policy", "trace", "alibaba", "poisson"):
-        if getattr(args, option, None) is not None:
-            raise InvalidInput(f"--{option.replace('_', '-')}", "the fairness experiment makes "
-                                                                "its own workload and cluster")
-    variants = _listed(args.values or DEFAULT_VARIANTS, list(VARIANTS), "fairness variant",
-                       "--values")
-    sizes = [args.nodes] if args.nodes is not None else _sizes(args.sizes)
-    workload = Workload(jobs_per_queue=args.jobs or JOBS_PER_QUEUE)
-    if workload.jobs_per_queue < 1:
-        raise InvalidInput("--jobs", f"must be at least 1, got {workload.jobs_per_queue}")
-    heartbeat = HEARTBEAT_S if args.heartbeat is None else args.heartbeat
-    out = args.out or Path("experiments") / "fairness"
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    points = [(nodes, variant) for nodes in sizes for variant in variants]
-    for nodes in sizes:
-        print(f"{nodes} nodes: jobs of {workload.width(nodes)} tasks, "
-              f"{4 * workload.jobs_per_queue * workload.width(nodes):,} tasks")
-    lms = args.lms or LMS
-    _, time_model, timing = simulate.time_settings(args)
-    print(f"time: {timing}; processing {'model' if time_model else 'none'}")
-    results = run_sweep(
-        [Run(f"{nodes}/{variant}", simulate_variant,
-             (Cluster(nodes, lms, heartbeat, args.nodes_per_worker or 100), variant, workload,
-              args.seed, not args.no_check, time_model),
-             None if args.no_log else out / f"{nodes}-{variant}.log")
-         for nodes, variant in points],
-        workers=args.workers, dask=args.dask, on_done=progress_printer(_run_line))
-    reports = [result | {"name": f"{nodes}/{variant}"}
-               for (nodes, variant), result in zip(points, results, strict=True)]
-    table = write_results("fairness", out, reports, None)
-    render_fairness(reports)
-    if args.html is not None:
-        _write_html(reports, table, args.html, out)
-    print(f"results in {out}/ (results.json, table.txt"
-          f"{', one event log per run' if not args.no_log else ''}); "
-          f"{time.perf_counter() - started:.0f} s")
-    return 0
-
-
-def _run_line(report: dict) -> str:
-    shares = report["contention"]["mean_share"]
-    counts = report["counts"]
-    return (f"contention shares {' '.join(f'{q} {s:.0%}' for q, s in shares.items())}, "
-            f"{counts['preemptions']} preemptions, virtual {report['virtual_s']:,.0f} s")
-
-
-def render_fairness(reports: list[dict]) -> None:
+def fairness_table(reports: list[dict]) -> Table:
     """Per run: each queue's mean share under contention against its own, allocation p50 and
     p99 per queue, and the counts."""
     table = Table(title="shares under contention (configured: q1 10%, q2 25%, q3 15%, q4 50%), "
@@ -312,7 +352,7 @@ def render_fairness(reports: list[dict]) -> None:
                       *allocation, str(counts["repartitions"]),
                       str(counts["preemption_attempts"]), str(counts["preemptions"]),
                       str(counts["tasks_started"]))
-    Console(width=180).print(table)
+    return table
 
 
 def share_plot(reports: list[dict]):
@@ -348,18 +388,22 @@ def share_plot(reports: list[dict]):
     return figure
 
 
-def _write_html(reports: list[dict], table: dict, html: Path, out: Path) -> None:
+def _page(document: dict) -> Page:
     """megha inspect's report of every run, its share plot replaced by ours (one panel per
     run in a grid, instead of one tall column)."""
-    from inspection.html import write_html
-    from inspection.plots import png_bytes, write_plots
 
-    for report in reports:
-        report.setdefault("read", {"lines": 0, "events": 0, "malformed": 0, "examples": []})
-    result = {"runs": reports, "comparison": table}
-    plots = write_plots(result, out / "plots")
-    plots.pop("share_over_time", None)
-    ours = png_bytes(share_plot(reports))
-    (out / "plots" / "fairness_shares.png").write_bytes(ours)
-    write_html(result, {"fairness_shares": ours, **plots}, html)
-    print(f"report in {html}")
+    def write(html: Path, folder: Path) -> None:
+        from inspection.html import write_html
+        from inspection.plots import png_bytes, write_plots
+
+        result = inspection_result(document)
+        plots = write_plots(result, folder / "plots")
+        plots.pop("share_over_time", None)
+        ours = png_bytes(share_plot(result["runs"]))
+        (folder / "plots" / "fairness_shares.png").write_bytes(ours)
+        write_html(result, {"fairness_shares": ours, **plots}, html)
+
+    return write
+
+
+EXPERIMENTS.register(Fairness())

@@ -36,23 +36,33 @@ instance's LP (lp.py keeps it, in the process that solved it).
 from __future__ import annotations
 
 import argparse
-import time
+import base64
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from rich.console import Console
 from rich.table import Table
 
 from common.errors import InvalidInput
+from loadgen.paper_workloads import YH1_SUB
 from loadgen.trace import TraceJob, read_trace
-from simulator.experiments.redundancy import write_tables
-from simulator.experiments.redundancy_cluster import parse_loads
+from simulator.experiments.common import (
+    add_seed_option,
+    add_values_option,
+    at_least,
+    listed,
+    parse_loads,
+)
+from simulator.experiments.registry import EXPERIMENTS
+from simulator.experiments.results import Page, Report, results_document
 from simulator.models.packing import lp
 from simulator.models.packing.model import Instance
 from simulator.models.packing.schedulers import PACKING_POLICIES, SETTINGS, PackingOptions
 from simulator.packing import PackingRun, simulate
 from simulator.packing_workload import WEIGHTS, build_instance
-from simulator.sweep import Run, progress_printer, run_sweep
+from simulator.sweep import Run
 
 DEFAULT_MACHINES = 10
 DEFAULT_OFFLINE_JOBS = 25  # the placement LP of 40 jobs takes 20-90 s to solve here
@@ -68,6 +78,7 @@ OURS = {"lp-single", "lp-np", "lp-migrate"}
 # LP without migration bounds only schedules that keep each task on one machine).
 MIGRATING = {"lp-migrate"}
 PAPER_BASELINES = {"psrs", "tetris-p", "tetris-np", "jsq-mw"}
+MODES = ("offline", "online")
 
 
 @dataclass(frozen=True)
@@ -80,48 +91,114 @@ class Study:
     seed: int
     local: int
     remote_factor: float
-    algorithms: str | None  # --values: None for each setting's own
+    algorithms: tuple[str, ...] | None  # --values: None for each setting's own
     options: PackingOptions
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("packing experiment")
-    group.add_argument("--settings", default=",".join(SETTINGS),
-                       help="packing: placement settings, single and/or placement (default both)")
-    group.add_argument("--weights", default=",".join(WEIGHTS),
-                       help="packing: weight schemes (default equal,random,priority)")
-    group.add_argument("--modes", default="offline,online",
-                       help="packing: offline (all jobs at 0) and/or online (default both)")
-    group.add_argument("--offline-jobs", type=int, default=DEFAULT_OFFLINE_JOBS,
-                       help=f"packing: jobs of an offline run (default {DEFAULT_OFFLINE_JOBS})")
-    group.add_argument("--local", type=int, default=3,
-                       help="packing: a task's local machines in the placement setting "
-                            "(default 3)")
-    group.add_argument("--resolve-first", type=float, default=None,
-                       help="packing, online: seconds to the LP algorithms' first re-solve "
-                            "(default 10 x the mean inter-arrival time, the paper's)")
-    group.add_argument("--resolve-growth", type=float, default=1.2,
-                       help="packing, online: each re-solve interval this much longer than the "
-                            "last (default 1.2; 1: a fixed interval)")
-    group.add_argument("--remote-factor", type=float, default=1.5,
-                       help="packing: how much slower a task runs off its local machines "
-                            "(default 1.5)")
+@dataclass(frozen=True)
+class PackingStudyOptions:
+    study: Study  # what every point shares
+    points: tuple[dict, ...]  # (setting, mode, load, weights) of each run
+    trace: Path
 
 
-def _listed(text: str, known: tuple[str, ...], option: str) -> list[str]:
-    values = [value.strip() for value in text.split(",") if value.strip()]
-    for value in values:
-        if value not in known:
-            raise InvalidInput(option, f"unknown value {value!r} (known: {', '.join(known)})")
-    if not values:
-        raise InvalidInput(option, "nothing listed")
-    return values
+class Packing:
+    name = "packing"
+    summary = ("the packing-and-placement paper's study: LP-ordered schedulers against PSRS, "
+               "Tetris, JSQ-MaxWeight, WSPT and FIFO for weighted JCT, over the LP bound")
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("packing: the algorithms, the settings, the instances")
+        add_values_option(group, "packing algorithms", "each setting's own: "
+                          + "; ".join(f"{setting} {','.join(names)}"
+                                      for setting, names in ALGORITHMS.items()))
+        group.add_argument("--settings", default=",".join(SETTINGS),
+                           help="placement settings, single and/or placement (default both)")
+        group.add_argument("--weights", default=",".join(WEIGHTS),
+                           help=f"weight schemes (default {','.join(WEIGHTS)})")
+        group.add_argument("--modes", default=",".join(MODES),
+                           help="offline (all jobs at 0) and/or online (default both)")
+        group.add_argument("--machines", type=int, default=DEFAULT_MACHINES,
+                           help=f"machines (default {DEFAULT_MACHINES})")
+        group.add_argument("--offline-jobs", type=int, default=DEFAULT_OFFLINE_JOBS,
+                           help=f"jobs of an offline run (default {DEFAULT_OFFLINE_JOBS})")
+        group.add_argument("--jobs", type=int, default=DEFAULT_ONLINE_JOBS,
+                           help=f"jobs of an online run (default {DEFAULT_ONLINE_JOBS})")
+        group.add_argument("--loads", default=DEFAULT_LOADS,
+                           help=f"the online runs' offered loads (default {DEFAULT_LOADS})")
+        group.add_argument("--local", type=int, default=3,
+                           help="a task's local machines in the placement setting (default 3)")
+        group.add_argument("--remote-factor", type=float, default=1.5,
+                           help="how much slower a task runs off its local machines "
+                                "(default 1.5)")
+        group.add_argument("--resolve-first", type=float, default=None,
+                           help="online: seconds to the LP algorithms' first re-solve (default "
+                                "10 x the mean inter-arrival time, the paper's)")
+        group.add_argument("--resolve-growth", type=float, default=1.2,
+                           help="online: each re-solve interval this much longer than the last "
+                                "(default 1.2; 1: a fixed interval)")
+        group.add_argument("--trace", type=Path, default=YH1_SUB,
+                           help="the Sparrow/Eagle trace the jobs come from (default the "
+                                "bundled YH1_sub.tr)")
+        add_seed_option(group)
+
+    def options(self, args: argparse.Namespace) -> PackingStudyOptions:
+        for option, value in (("--offline-jobs", args.offline_jobs), ("--jobs", args.jobs),
+                              ("--machines", args.machines)):
+            at_least(option, value, 1)
+        if args.resolve_growth < 1 or (args.resolve_first is not None
+                                       and args.resolve_first <= 0):
+            raise InvalidInput("--resolve-growth", "the re-solve intervals must be > 0 s and "
+                                                   "grow by a factor >= 1")
+        points = _points(args)
+        algorithms = (None if args.values is None else
+                      listed(args.values, PACKING_POLICIES.names(), "--values",
+                             "a packing algorithm"))
+        study = Study(machines=args.machines, offline_jobs=args.offline_jobs,
+                      online_jobs=args.jobs, seed=args.seed, local=args.local,
+                      remote_factor=args.remote_factor, algorithms=algorithms,
+                      options=PackingOptions(resolve_first=args.resolve_first,
+                                             resolve_growth=args.resolve_growth))
+        return PackingStudyOptions(study, points, args.trace)
+
+    def describe(self, options: PackingStudyOptions) -> str:
+        study = options.study
+        algorithms = ", ".join(study.algorithms) if study.algorithms else "each setting's own"
+        return (f"{study.machines} machines (cpu and memory 1 each), jobs of {options.trace} "
+                f"with at most {MAX_TASKS} tasks; offline {study.offline_jobs} jobs at 0, "
+                f"online {study.online_jobs} jobs; {len(options.points)} settings; algorithms "
+                f"{algorithms}")
+
+    def runs(self, options: PackingStudyOptions, logs: Path | None) -> list[Run]:
+        trace = read_trace(options.trace).jobs
+        return [Run(_column(point), _solve_point, (trace, options.study, point))
+                for point in options.points]
+
+    def run_line(self, solved: tuple[dict, list[dict]]) -> str:
+        bound, here = solved
+        line = f"{bound['tasks']} tasks, LP bound {bound['lp_bound']:.1f} s"
+        if here:
+            best = min(here, key=lambda record: record["ratio_to_bound"])
+            line += f", best {best['algorithm']} at {best['ratio_to_bound']:.2f} x the bound"
+        return line
+
+    def figures(self, options: PackingStudyOptions,
+                results: list[tuple[dict, list[dict]]]) -> list[Report]:
+        bounds = [bound for bound, _ in results]
+        runs = [record for _, here in results for record in here]
+        study = options.study
+        document = results_document("packing", runs, settings={
+            "machines": study.machines, "offline_jobs": study.offline_jobs,
+            "online_jobs": study.online_jobs, "local": study.local,
+            "remote_factor": study.remote_factor, "trace": str(options.trace),
+            "seed": study.seed, "bounds": bounds})
+        tables = (ratio_table(runs, bounds),)
+        return [Report(document, tables, _page(runs, bounds, tables))]
 
 
-def _algorithms(values: str | None, setting: str) -> list[str]:
-    if values is None:
+def _algorithms(chosen: tuple[str, ...] | None, setting: str) -> list[str]:
+    if chosen is None:
         return list(ALGORITHMS[setting])
-    chosen = _listed(values, PACKING_POLICIES.names(), "--values")
     return [name for name in chosen if setting in PACKING_POLICIES.get(name).settings]
 
 
@@ -156,71 +233,14 @@ def _run_record(instance: Instance, run: PackingRun, bound: float, point: dict) 
     }
 
 
-def _points(args: argparse.Namespace) -> list[dict]:
-    settings = _listed(args.settings, SETTINGS, "--settings")
-    weights = _listed(args.weights, WEIGHTS, "--weights")
-    modes = _listed(args.modes, ("offline", "online"), "--modes")
-    loads = parse_loads(args.loads or DEFAULT_LOADS)
-    points = []
-    for setting in settings:
-        for mode in modes:
-            for load in ([None] if mode == "offline" else loads):
-                for scheme in weights:
-                    points.append({"setting": setting, "mode": mode, "load": load,
-                                   "weights": scheme})
-    return points
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.preset == "federated":
-        from simulator.experiments import packing_cluster
-
-        return packing_cluster.run(args)
-    machines = DEFAULT_MACHINES if args.machines is None else args.machines
-    online_jobs = args.jobs or DEFAULT_ONLINE_JOBS
-    for option, value in (("--offline-jobs", args.offline_jobs), ("--jobs", online_jobs),
-                          ("--machines", machines)):
-        if value < 1:
-            raise InvalidInput(option, f"must be at least 1, got {value}")
-    if args.resolve_growth < 1 or (args.resolve_first is not None and args.resolve_first <= 0):
-        raise InvalidInput("--resolve-growth", "the re-solve intervals must be > 0 s and grow "
-                                               "by a factor >= 1")
-    points = _points(args)
-    if args.values is not None:  # refused here, before any run starts
-        _listed(args.values, PACKING_POLICIES.names(), "--values")
-    from simulator.experiments import BUNDLED_TRACE  # the package imports this module
-
-    trace_path = args.trace or BUNDLED_TRACE
-    trace = read_trace(trace_path).jobs
-    out = args.out or Path("experiments") / "packing"
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"packing: {machines} machines (cpu and memory 1 each), jobs of {trace_path} with at "
-          f"most {MAX_TASKS} tasks; offline {args.offline_jobs} jobs at 0, online "
-          f"{online_jobs} jobs; {len(points)} settings", flush=True)
-    started = time.perf_counter()
-    study = Study(machines=machines, offline_jobs=args.offline_jobs, online_jobs=online_jobs,
-                  seed=args.seed, local=args.local, remote_factor=args.remote_factor,
-                  algorithms=args.values,
-                  options=PackingOptions(resolve_first=args.resolve_first,
-                                         resolve_growth=args.resolve_growth))
-    solved = run_sweep([Run(_column(point), _solve_point, (trace, study, point))
-                        for point in points],
-                       workers=args.workers, dask=args.dask,
-                       on_done=progress_printer(_point_line))
-    bounds = [bound for bound, _ in solved]
-    runs = [record for _, here in solved for record in here]
-    results = {"experiment": "packing", "machines": machines, "offline_jobs": args.offline_jobs,
-               "online_jobs": online_jobs, "local": args.local,
-               "remote_factor": args.remote_factor, "trace": str(trace_path),
-               "seed": args.seed, "bounds": bounds, "runs": runs}
-    tables = [ratio_table(runs, bounds)]
-    write_tables(out, results, tables)
-    if args.html is not None:
-        _write_html(args.html, runs, bounds, tables)
-        print(f"report in {args.html}")
-    print(f"results in {out}/ (results.json, table.txt); "
-          f"{time.perf_counter() - started:.0f} s")
-    return 0
+def _points(args: argparse.Namespace) -> tuple[dict, ...]:
+    settings = listed(args.settings, SETTINGS, "--settings", "a placement setting")
+    weights = listed(args.weights, WEIGHTS, "--weights", "a weight scheme")
+    modes = listed(args.modes, MODES, "--modes", "a mode")
+    loads = parse_loads(args.loads)
+    return tuple({"setting": setting, "mode": mode, "load": load, "weights": scheme}
+                 for setting in settings for mode in modes
+                 for load in ([None] if mode == "offline" else loads) for scheme in weights)
 
 
 def _solve_point(trace: list[TraceJob], study: Study, point: dict) -> tuple[dict, list[dict]]:
@@ -269,15 +289,6 @@ def _solve_point(trace: list[TraceJob], study: Study, point: dict) -> tuple[dict
                     "tasks": instance.description["tasks"]}, here
 
 
-def _point_line(solved: tuple[dict, list[dict]]) -> str:
-    bound, here = solved
-    line = f"{bound['tasks']} tasks, LP bound {bound['lp_bound']:.1f} s"
-    if here:
-        best = min(here, key=lambda record: record["ratio_to_bound"])
-        line += f", best {best['algorithm']} at {best['ratio_to_bound']:.2f} x the bound"
-    return line
-
-
 def _column(point: dict) -> str:
     mode = "offline" if point["mode"] == "offline" else f"load {point['load']:g}"
     return f"{point['setting']} {mode} {point['weights']}"
@@ -315,26 +326,29 @@ def ratio_table(runs: list[dict], bounds: list[dict]) -> Table:
     return shown
 
 
-def _write_html(path: Path, runs: list[dict], bounds: list[dict], tables: list[Table]) -> None:
-    import base64
-    import io
+def _page(runs: list[dict], bounds: list[dict], tables: tuple[Table, ...]) -> Page:
+    """The tables and a JCT CDF per column."""
 
-    from rich.console import Console
+    def write(path: Path, folder: Path) -> None:
+        from inspection.plots import cdf_plot, png_bytes
 
-    from inspection.plots import cdf_plot, png_bytes
+        console = Console(record=True, width=200, file=io.StringIO())
+        for shown in tables:
+            console.print(shown)
+        images = []
+        for bound in bounds:
+            column = _column(bound)
+            at = [r for r in runs if _column(r) == column]
+            figure = cdf_plot(at, lambda record: record["jct_cdf"], 1.0, f"JCT CDF, {column}",
+                              "JCT (s, log scale)", log=True)
+            if figure is not None:
+                data = base64.b64encode(png_bytes(figure)).decode()
+                images.append(f'<h2>{column}</h2><img src="data:image/png;base64,{data}">')
+        path.write_text("<!doctype html><meta charset='utf-8'><title>megha experiment packing"
+                        "</title><h1>Packing and placement: weighted completion time</h1>"
+                        f"<pre>{console.export_text()}</pre>{''.join(images)}")
 
-    console = Console(record=True, width=200, file=io.StringIO())
-    for shown in tables:
-        console.print(shown)
-    images = []
-    for bound in bounds:
-        column = _column(bound)
-        at = [r for r in runs if _column(r) == column]
-        figure = cdf_plot(at, lambda record: record["jct_cdf"], 1.0, f"JCT CDF, {column}",
-                          "JCT (s, log scale)", log=True)
-        if figure is not None:
-            data = base64.b64encode(png_bytes(figure)).decode()
-            images.append(f'<h2>{column}</h2><img src="data:image/png;base64,{data}">')
-    path.write_text("<!doctype html><meta charset='utf-8'><title>megha experiment packing"
-                    "</title><h1>Packing and placement: weighted completion time</h1>"
-                    f"<pre>{console.export_text()}</pre>{''.join(images)}")
+    return write
+
+
+EXPERIMENTS.register(Packing())

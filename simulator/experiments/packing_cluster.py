@@ -1,8 +1,8 @@
-"""`megha experiment packing --preset federated`: the packing paper's algorithms as the GMs run
-them (docs/packing.md, In the GM and the services), on the federated simulator.
+"""`megha experiment packing-cluster`: the packing paper's algorithms as the GMs run them
+(docs/packing.md, In the GM and the services), on the federated simulator.
 
-The default preset measures the paper's algorithms in its own model, one scheduler that knows
-every machine. This one asks what they are worth inside Megha: each GM orders its own jobs by
+`megha experiment packing` measures the paper's algorithms in its own model, one scheduler that
+knows every machine. This one asks what they are worth inside Megha: each GM orders its own jobs by
 a job policy and places their tasks by a placement policy, both from the federation file, and
 the same cores run in the services.
 
@@ -19,9 +19,10 @@ the same cores run in the services.
   Tasks carry no placement sets here: the Poisson generator does not draw them, and a GM's sets
   are strict, so they would change which tasks can run, not how a policy orders them.
 
-Each run's event log is written into `--out`; from it the table shows, for `lp`, how many
-times the GMs solved and the share of jobs the LP left at their own lower bound (the share it
-could only order by their longest tasks). Writes `results.json` (the experiments' schema:
+Each run's event log is written into `--out` (with `--no-log` into a temporary folder, gone
+after the run); from it the table shows, for `lp`, how many times the GMs solved and the share
+of jobs the LP left at their own lower bound (the share it could only order by their longest
+tasks). Writes `results.json` (the experiments' schema:
 `runs[].name`, `jct` with `weighted_mean`, `allocation`, `counts`, plus `lp`), `table.txt` and,
 with `--html`, `megha inspect`'s report of every run.
 """
@@ -30,20 +31,36 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
-from common.errors import InvalidInput
 from common.policies.job import JOB_POLICIES
 from simulator import command as simulate
 from simulator.cluster import shaped_federation
-from simulator.experiments.redundancy_cluster import parse_loads
-from simulator.packing_workload import WEIGHTS as PAPER_WEIGHTS
-from simulator.sweep import Run, progress_printer, run_sweep
+from simulator.experiments.common import (
+    add_node_option,
+    add_seed_option,
+    add_shape_options,
+    add_values_option,
+    at_least,
+    listed,
+    parse_loads,
+)
+from simulator.experiments.registry import EXPERIMENTS
+from simulator.experiments.results import Report, inspection_page, results_document
+from simulator.run_settings import (
+    Overrides,
+    RunSettings,
+    Timing,
+    add_check_argument,
+    add_policy_arguments,
+    add_timing_arguments,
+    workload_defaults,
+)
+from simulator.sweep import Run
 
 DEFAULT_JOB_POLICIES = "fifo,wspt,psrs,lp"
 PLACEMENTS = ("first_fit", "tetris")
@@ -53,7 +70,6 @@ CLUSTER = {"nodes": 100, "gms": 2, "lms": 4}
 WEIGHT_SCHEMES = {"equal": "const:1", "random": "uniform:1,10"}
 WORKLOAD = {"poisson": 2.0, "width": "uniform:1,20", "cpu_m": "choice:500,2000,8000,16000",
             "mem_mib": "choice:512,2048,4096,8192"}
-DEFAULT_OUT = Path("experiments") / "packing-federated"
 
 
 @dataclass(frozen=True)
@@ -72,85 +88,123 @@ class Point:
         return f"load {self.load:g} {self.weights}"
 
 
-def _job_policies(values: str | None) -> list[str]:
-    names = [name.strip() for name in (values or DEFAULT_JOB_POLICIES).split(",") if name]
-    for name in names:
-        if name not in JOB_POLICIES.names():
-            raise InvalidInput("--values", f"{name!r} is not a job policy (known: "
-                                           f"{', '.join(JOB_POLICIES.names())})")
-    return names
+@dataclass(frozen=True)
+class Shared:
+    """What every run shares."""
+
+    nodes: int
+    gms: int
+    lms: int
+    node: tuple[int, int]  # a node's capacity
+    jobs: int
+    overrides: Overrides  # beside the job policy and placement a run sets
+    settings: RunSettings
 
 
-def _weight_schemes(text: str) -> list[str]:
-    schemes = [scheme.strip() for scheme in text.split(",") if scheme.strip()]
-    for scheme in schemes:
-        if scheme not in WEIGHT_SCHEMES:
-            raise InvalidInput("--weights", f"{scheme!r} is not a weight scheme of the federated "
-                                            f"preset (known: {', '.join(WEIGHT_SCHEMES)})")
-    return schemes
+@dataclass(frozen=True)
+class PackingClusterOptions:
+    policies: tuple[str, ...]  # job policies, each with every placement
+    loads: tuple[float, ...]
+    weights: tuple[str, ...]
+    shared: Shared
+
+    @property
+    def points(self) -> list[Point]:
+        return [Point(policy, placement, load, scheme) for load in self.loads
+                for scheme in self.weights for policy in self.policies
+                for placement in PLACEMENTS]
 
 
-def run(args: argparse.Namespace) -> int:
-    for option in ("log", "results", "config"):
-        if getattr(args, option) is not None:
-            raise InvalidInput(f"--{option}", "the federated packing preset generates its "
-                                              "cluster and writes one log per run into --out")
-    policies = _job_policies(args.values)
-    loads = parse_loads(args.loads or DEFAULT_LOADS)
-    # the default preset's --weights default lists priority, which needs a trace's priorities
-    weights = _weight_schemes("equal,random" if args.weights == ",".join(PAPER_WEIGHTS)
-                              else args.weights)
-    points = [Point(policy, placement, load, scheme) for load in loads for scheme in weights
-              for policy in policies for placement in PLACEMENTS]
-    out = args.out or DEFAULT_OUT
-    out.mkdir(parents=True, exist_ok=True)
-    jobs = args.jobs or DEFAULT_JOBS
-    shape = {key: getattr(args, key) or value for key, value in CLUSTER.items()}
-    print(f"packing, federated: {shape['nodes']} nodes in {shape['lms']} LMs under "
-          f"{shape['gms']} GMs; {jobs} Poisson jobs at loads {', '.join(map(str, loads))}; "
-          f"{len(points)} runs", flush=True)
-    started = time.perf_counter()
-    reports = run_sweep([Run(point.name, _simulate_point, (args, point, jobs, shape),
-                             log=out / f"{point.name.replace(' ', '_')}.log")
-                         for point in points],
-                        workers=args.workers, dask=args.dask,
-                        on_done=progress_printer(_run_line))
-    runs = [report | {"name": point.name, "job_policy": point.job_policy,
-                      "placement": point.placement, "load": point.load,
-                      "weights": point.weights}
-            for point, report in zip(points, reports, strict=True)]
-    from simulator.experiments import write_results
+class PackingCluster:
+    name = "packing-cluster"
+    summary = ("the packing paper's algorithms as the GMs' job policies (fifo, wspt, psrs, lp), "
+               "each with each placement (first_fit, tetris), on the federated simulator")
 
-    write_results("packing-federated", out, runs, args.html)  # the shared schema, inspect's
-    table = weighted_table(runs, points)
-    Console(width=160).print(table)
-    with (out / "table.txt").open("a") as file:
-        Console(file=file, width=160).print(table)
-    print(f"results in {out}/ (results.json, table.txt, one event log per run); "
-          f"{time.perf_counter() - started:.0f} s")
-    return 0
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("packing-cluster: the policies, the loads, the "
+                                          "workload, the cluster")
+        add_values_option(group, "job policies", DEFAULT_JOB_POLICIES)
+        group.add_argument("--loads", default=DEFAULT_LOADS,
+                           help=f"offered loads (default {DEFAULT_LOADS})")
+        group.add_argument("--weights", default=",".join(WEIGHT_SCHEMES),
+                           help=f"the jobs' weights: equal, or random uniform in [1, 10] "
+                                f"(default {','.join(WEIGHT_SCHEMES)})")
+        group.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
+                           help=f"Poisson jobs of 1-20 tasks (default {DEFAULT_JOBS})")
+        add_seed_option(group)
+        add_shape_options(group, CLUSTER)
+        add_node_option(group)
+        model = parser.add_argument_group("the model")
+        add_timing_arguments(model, processing="none")
+        add_policy_arguments(model, ("pass_tasks", "variability", "queue_depth",
+                                              "redundancy"))
+        add_check_argument(model)
+
+    def options(self, args: argparse.Namespace) -> PackingClusterOptions:
+        policies = listed(args.values or DEFAULT_JOB_POLICIES, JOB_POLICIES.names(), "--values",
+                          "a job policy")
+        loads = parse_loads(args.loads)
+        weights = listed(args.weights, WEIGHT_SCHEMES, "--weights", "a weight scheme")
+        for option in ("--jobs", "--nodes", "--gms", "--lms"):
+            at_least(option, vars(args)[option[2:]], 1)
+        overrides = Overrides.from_args(args)
+        overrides.check()
+        settings = RunSettings(
+            workload_defaults(), Timing(args.delay, args.calibration),
+            processing=args.processing, check=not args.no_check)
+        settings.timing.check()
+        return PackingClusterOptions(policies, loads, weights, Shared(
+            args.nodes, args.gms, args.lms, simulate.parse_node(args.node), args.jobs,
+            overrides, settings.with_workload(seed=args.seed)))
+
+    def describe(self, options: PackingClusterOptions) -> str:
+        shared = options.shared
+        return (f"{shared.nodes} nodes in {shared.lms} LMs under {shared.gms} GMs; "
+                f"{shared.jobs} Poisson jobs at loads {', '.join(map(str, options.loads))}, "
+                f"weights {', '.join(options.weights)}; job policies "
+                f"{', '.join(options.policies)}, each with placements "
+                f"{', '.join(PLACEMENTS)}; {len(options.points)} runs")
+
+    def runs(self, options: PackingClusterOptions, logs: Path | None) -> list[Run]:
+        return [Run(point.name, _simulate_point, (options.shared, point),
+                    None if logs is None else logs / f"{point.name.replace(' ', '_')}.log")
+                for point in options.points]
+
+    def run_line(self, report: dict) -> str:
+        line = (f"weighted mean JCT {report['jct'].get('weighted_mean', 0):8.1f} s, mean "
+                f"{report['jct']['overall']['mean']:8.1f} s")
+        if report["lp"]["solves"]:
+            line += (f", {report['lp']['solves']} LP solves, "
+                     f"{report['lp']['at_own_bound']:.0%} of jobs at their own bound")
+        return line
+
+    def figures(self, options: PackingClusterOptions, results: list[dict]) -> list[Report]:
+        points = options.points
+        runs = [report | {"name": point.name, "job_policy": point.job_policy,
+                          "placement": point.placement, "load": point.load,
+                          "weights": point.weights}
+                for point, report in zip(points, results, strict=True)]
+        document = results_document("packing-cluster", runs, comparison=True)
+        return [Report(document, (weighted_table(runs, points),), inspection_page(document))]
 
 
-def _simulate_point(args: argparse.Namespace, point: Point, jobs: int, shape: dict,
-                    log: Path) -> dict:
-    """One run, wherever the sweep sends it: the preset's workload under the point's policies,
-    its event log at `log`; megha inspect's figures plus what the GMs' LP solves did."""
-    run_args = argparse.Namespace(**vars(args))
-    for key, value in WORKLOAD.items():
-        setattr(run_args, key, value)
-    run_args.count = jobs
-    run_args.jobs = None
-    run_args.weight = WEIGHT_SCHEMES[point.weights]
-    run_args.target_load = point.load
-    run_args.job_policy = point.job_policy
-    run_args.placement = point.placement
-    run_args.trace = run_args.alibaba = None
-    run_args.slots = False
-    federation = shaped_federation(shape["nodes"], shape["gms"], shape["lms"], slots=False,
-                                   node=simulate.parse_node(args.node), seed=args.seed)
-    federation = simulate.with_overrides(federation, run_args)
-    where = f"{shape['nodes']} nodes, {shape['gms']} GMs, {shape['lms']} LMs"
-    report = simulate.simulate_once(run_args, "megha", federation, where, log, point.name)
+def _simulate_point(shared: Shared, point: Point, log: Path | None = None) -> dict:
+    """One run, wherever the sweep sends it: the study's workload under the point's policies,
+    its event log at `log` (without one, in a temporary folder: the LP's figures are read
+    from it); megha inspect's figures plus what the GMs' LP solves did."""
+    if log is None:
+        with tempfile.TemporaryDirectory(prefix="megha-packing-") as folder:
+            return _simulate_point(shared, point, Path(folder) / "run.log")
+    settings = shared.settings.with_workload(
+        **WORKLOAD, count=shared.jobs, weight=WEIGHT_SCHEMES[point.weights],
+        target_load=point.load)
+    overrides = replace(shared.overrides, job_policy=point.job_policy,
+                        placement=point.placement)
+    federation = shaped_federation(shared.nodes, shared.gms, shared.lms, slots=False,
+                                   node=shared.node, seed=settings.seed)
+    federation = overrides.apply(federation)
+    where = f"{shared.nodes} nodes, {shared.gms} GMs, {shared.lms} LMs"
+    report = simulate.simulate_once(settings, "megha", federation, where, log, point.name)
     return report | {"lp": lp_figures(log)}
 
 
@@ -175,15 +229,6 @@ def lp_figures(log: Path) -> dict:
     return {"solves": solves, "timeouts": timeouts, "handle_s": round(seconds, 3),
             "mean_jobs": round(jobs / solves, 1) if solves else 0,
             "at_own_bound": round(at_bound / jobs, 3) if jobs else None}
-
-
-def _run_line(report: dict) -> str:
-    line = (f"weighted mean JCT {report['jct'].get('weighted_mean', 0):8.1f} s, mean "
-            f"{report['jct']['overall']['mean']:8.1f} s")
-    if report["lp"]["solves"]:
-        line += (f", {report['lp']['solves']} LP solves, {report['lp']['at_own_bound']:.0%} of "
-                 f"jobs at their own bound")
-    return line
 
 
 def weighted_table(runs: list[dict], points: list[Point]) -> Table:
@@ -214,3 +259,6 @@ def weighted_table(runs: list[dict], points: list[Point]) -> Table:
         row.append("; ".join(lp_notes) or "-")
         shown.add_row(*row)
     return shown
+
+
+EXPERIMENTS.register(PackingCluster())

@@ -24,122 +24,127 @@ Every (policy, rate, seed) is an independent run: the sweep (simulator/sweep.py)
 a pool of `--workers` processes or on `--dask`'s cluster, a line for each as it ends, then the
 line of each policy and rate in the order of the table.
 
-That is `--preset paper`, the default. `--preset federated` runs the study on the federated
-cluster instead, multi-task jobs of a trace (`redundancy_cluster.py`); the two share the
-table and the page (`Sweep`, `write_study`).
+`megha experiment redundancy-cluster` runs the study on the federated cluster instead,
+multi-task jobs of a trace (redundancy_cluster.py); the two share the table and the page
+(redundancy_shared.py).
 """
+
 
 from __future__ import annotations
 
 import argparse
-import base64
-import io
-import json
 import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
-from common.errors import InvalidInput
 from common.speed import SpeedModel
+from simulator.experiments.common import (
+    add_seed_option,
+    add_values_option,
+    at_least,
+    listed,
+    numbers,
+)
+from simulator.experiments.redundancy_shared import (
+    Sweep,
+    add_beta_option,
+    add_speed_option,
+    mean_table,
+    page,
+)
+from simulator.experiments.registry import EXPERIMENTS
+from simulator.experiments.results import Report, results_document
 from simulator.models.machines import MACHINE_ALLOCATIONS
 from simulator.redundancy import RedundancySim, RunResult, Workload
-from simulator.sweep import Run, progress_printer, run_sweep
+from simulator.sweep import Run
 
 DEFAULT_POLICIES = "srpt,srpt+r,fair,fair+r,laps,laps+r"
 DEFAULT_RATES = "1,1.5,2,2.5"
 DEFAULT_MACHINES = 100
 DEFAULT_HORIZON = 20_000
 BASELINE = "srpt"
-DEFAULT_LOADS = "0.5,0.8,1.0,1.2"  # light traffic to saturated
-DEFAULT_MAX_COPIES = 4
-PRESETS = ("paper", "federated")
 
 
 @dataclass(frozen=True)
-class Sweep:
-    """How a redundancy study's table, plots and page name what it sweeps and measures: the
-    paper's arrival rates and flowtimes, or the federated cluster's offered loads and JCTs."""
+class RedundancyOptions:
+    policies: tuple[str, ...]
+    rates: tuple[float, ...]
+    machines: int
+    horizon: int  # time units of arrivals
+    seeds: tuple[int, ...]  # per point
+    beta: float
+    speed: SpeedModel
 
-    field: str  # the runs' key of the swept value: "rate" or "load"
-    heading: str  # a value's column heading, {value} standing for it: "λ={value:g}"
-    axis: str  # the plot's x axis
-    measure: str  # what the runs measure: "flowtime" or "JCT"
-    cdf: Callable[[dict], dict | None]  # a run's CDF of that measure
-    baseline: str  # the policy the others are compared to
-    cluster: str  # what the runs ran on, for the plot's title
-    title: str  # the page's heading
-
-    def column(self, value: float) -> str:
-        return self.heading.format(value=value)
-
-
-def _paper_sweep(machines: int) -> Sweep:
-    return Sweep(field="rate", heading="λ={value:g}", axis="arrival rate λ (jobs per time unit)",
-                 measure="flowtime", cdf=lambda run: run["flowtime_cdf"], baseline=BASELINE,
-                 cluster=f"{machines} machines of varying speed",
-                 title="Redundancy and machine variability")
+    @property
+    def points(self) -> list[tuple[float, str, int]]:
+        """(rate, policy, seed) of every run, in the runs' order."""
+        return [(rate, policy, seed) for rate in self.rates for policy in self.policies
+                for seed in self.seeds]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from simulator.experiments import redundancy_cluster
+class Redundancy:
+    name = "redundancy"
+    summary = ("the SRPT+R paper's study: SRPT, Fair and LAPS with and without redundant "
+               "copies, one-task jobs on machines of varying speed")
 
-    group = parser.add_argument_group("redundancy experiment")
-    group.add_argument("--preset", choices=PRESETS, default="paper",
-                       help=f"redundancy: paper (default), the paper's model: one-task jobs on "
-                            f"--machines machines of varying speed; federated, the federated "
-                            f"cluster's copies: {redundancy_cluster.HELP}; packing: "
-                            f"federated runs the GMs' job and placement policies on the "
-                            f"federated simulator (simulator/experiments/packing_cluster.py)")
-    group.add_argument("--machines", type=int, default=None,
-                       help="redundancy: machines (default 100, the paper's); packing: machines "
-                            "(default 10)")
-    group.add_argument("--rates", default=DEFAULT_RATES,
-                       help=f"redundancy: arrival rates, jobs per time unit (default "
-                            f"{DEFAULT_RATES})")
-    group.add_argument("--horizon", type=int, default=DEFAULT_HORIZON,
-                       help="redundancy: time units of arrivals (default 20000)")
-    group.add_argument("--seeds", type=int, default=3,
-                       help="redundancy: seeds per point, for confidence intervals (default 3)")
-    group.add_argument("--beta", type=float, default=0.5,
-                       help="redundancy: LAPS's share of the latest jobs, laps+r's of the running "
-                            "tasks (default 0.5)")
-    group.add_argument("--speed", choices=("two-state", "gamma", "constant"),
-                       default="two-state",
-                       help="redundancy: machine rates (default two-state, the paper's)")
-    group.add_argument("--loads", default=None,
-                       help=f"redundancy, federated: offered loads, the share of the slots the "
-                            f"arriving tasks ask for (default {DEFAULT_LOADS}); packing: the "
-                            f"online runs' offered loads (default 1)")
-    group.add_argument("--max-copies", type=int, default=DEFAULT_MAX_COPIES,
-                       help=f"redundancy, federated: copies of one task, the original included "
-                            f"(default {DEFAULT_MAX_COPIES}, the federation file's; 0: no bound)")
-    group.add_argument("--logs", action="store_true",
-                       help="redundancy, federated: also write every run's event log into --out "
-                            "(about 150 MB a run with copies at the default size)")
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("redundancy: the policies, the machines, the arrivals")
+        add_values_option(group, "allocation policies", DEFAULT_POLICIES)
+        group.add_argument("--machines", type=int, default=DEFAULT_MACHINES,
+                           help=f"machines (default {DEFAULT_MACHINES}, the paper's)")
+        group.add_argument("--rates", default=DEFAULT_RATES,
+                           help=f"arrival rates, jobs per time unit (default {DEFAULT_RATES})")
+        group.add_argument("--horizon", type=int, default=DEFAULT_HORIZON,
+                           help=f"time units of arrivals (default {DEFAULT_HORIZON})")
+        group.add_argument("--seeds", type=int, default=3,
+                           help="seeds per point, for confidence intervals (default 3)")
+        add_beta_option(group)
+        add_speed_option(group)
+        add_seed_option(group)
 
+    def options(self, args: argparse.Namespace) -> RedundancyOptions:
+        policies = listed(args.values or DEFAULT_POLICIES, MACHINE_ALLOCATIONS.names(),
+                          "--values", "an allocation policy")
+        rates = numbers(args.rates, "--rates")
+        for option, value, least in (("--seeds", args.seeds, 1), ("--horizon", args.horizon, 10),
+                                     ("--machines", args.machines, 1)):
+            at_least(option, value, least)
+        return RedundancyOptions(policies, rates, args.machines, args.horizon,
+                                 tuple(range(args.seed, args.seed + args.seeds)), args.beta,
+                                 SpeedModel(kind=args.speed))
 
-def _parse(args: argparse.Namespace) -> tuple[list[str], list[float]]:
-    policies = (args.values or DEFAULT_POLICIES).split(",")
-    for name in policies:
-        if name not in MACHINE_ALLOCATIONS.names():
-            raise InvalidInput("--values", f"{name!r} is not an allocation policy (known: "
-                                           f"{', '.join(MACHINE_ALLOCATIONS.names())})")
-    try:
-        rates = [float(value) for value in args.rates.split(",")]
-    except ValueError:
-        raise InvalidInput("--rates", f"expected numbers separated by commas, got "
-                                      f"{args.rates!r}") from None
-    for name, value, least in (("--seeds", args.seeds, 1), ("--horizon", args.horizon, 10),
-                               ("--machines", args.machines, 1)):
-        if value < least:
-            raise InvalidInput(name, f"must be at least {least}, got {value}")
-    return policies, rates
+    def describe(self, options: RedundancyOptions) -> str:
+        return (f"{options.machines} machines, {options.speed.describe()}; Pareto sizes of mean "
+                f"40, arrivals for {options.horizon} time units at rates {list(options.rates)}, "
+                f"{len(options.seeds)} seeds, policies {', '.join(options.policies)}")
+
+    def runs(self, options: RedundancyOptions, logs: Path | None) -> list[Run]:
+        return [Run(f"{policy} λ={rate:g} seed={seed}", _simulate_machines,
+                    (policy, options.machines, rate, options.horizon, options.speed, seed,
+                     options.beta))
+                for rate, policy, seed in options.points]
+
+    def run_line(self, result: RunResult) -> str:
+        return f"mean flowtime {float(result.flowtimes.mean()):.1f}"
+
+    def figures(self, options: RedundancyOptions, results: list[RunResult]) -> list[Report]:
+        by_point = dict(zip(options.points, results, strict=True))
+        runs = [_summary([by_point[(rate, policy, seed)] for seed in options.seeds])
+                for rate in options.rates for policy in options.policies]
+        sweep = Sweep(field="rate", heading="λ={value:g}",
+                      axis="arrival rate λ (jobs per time unit)", measure="flowtime",
+                      cdf=lambda run: run["flowtime_cdf"], baseline=BASELINE,
+                      cluster=f"{options.machines} machines of varying speed",
+                      title="Redundancy and machine variability")
+        tables = (mean_table(runs, options.policies, options.rates, sweep),)
+        document = results_document("redundancy", runs, settings={
+            "machines": options.machines, "speed": options.speed.describe(),
+            "horizon": options.horizon, "seeds": len(options.seeds), "beta": options.beta})
+        return [Report(document, tables, page(runs, options.policies, options.rates, tables,
+                                              sweep),
+                       notes=tuple(_summary_line(run) for run in runs))]
 
 
 def _summary(results: list[RunResult]) -> dict:
@@ -171,46 +176,6 @@ def _summary(results: list[RunResult]) -> dict:
     }
 
 
-def run(args: argparse.Namespace) -> int:
-    args.machines = DEFAULT_MACHINES if args.machines is None else args.machines
-    args.loads = args.loads or DEFAULT_LOADS
-    if args.preset == "federated":
-        from simulator.experiments import redundancy_cluster
-
-        return redundancy_cluster.run(args)
-    policies, rates = _parse(args)
-    speed = SpeedModel(kind=args.speed)
-    out = args.out or Path("experiments") / "redundancy"
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"redundancy: {args.machines} machines, {speed.describe()}; Pareto sizes of mean 40, "
-          f"arrivals for {args.horizon} time units at rates {rates}, {args.seeds} seeds, "
-          f"policies {', '.join(policies)}", flush=True)
-    started = time.perf_counter()
-    seeds = list(range(args.seed, args.seed + args.seeds))
-    points = [(rate, policy, seed) for rate in rates for policy in policies for seed in seeds]
-    results = run_sweep(
-        [Run(f"{policy} λ={rate:g} seed={seed}", _simulate_machines,
-                   (policy, args.machines, rate, args.horizon, speed, seed, args.beta))
-         for rate, policy, seed in points],
-        workers=args.workers, dask=args.dask, on_done=progress_printer(_flowtime_line))
-    by_point = dict(zip(points, results, strict=True))
-    runs = []
-    for rate in rates:
-        for policy in policies:
-            summary = _summary([by_point[(rate, policy, seed)] for seed in seeds])
-            runs.append(summary)
-            _print_summary(summary)
-    results = {"experiment": "redundancy", "machines": args.machines,
-               "speed": speed.describe(), "horizon": args.horizon, "seeds": args.seeds,
-               "beta": args.beta, "runs": runs}
-    sweep = _paper_sweep(args.machines)
-    write_study(out, results, [mean_table(runs, policies, rates, sweep)], sweep, policies, rates,
-                args.html)
-    print(f"results in {out}/ (results.json, table.txt); "
-          f"{time.perf_counter() - started:.0f} s")
-    return 0
-
-
 def _simulate_machines(policy: str, machines: int, rate: float, horizon: int,
                        speed: SpeedModel, seed: int, beta: float) -> RunResult:
     """One run of the paper's model, wherever the sweep sends it."""
@@ -218,96 +183,14 @@ def _simulate_machines(policy: str, machines: int, rate: float, horizon: int,
                          beta=beta).run()
 
 
-def _flowtime_line(result: RunResult) -> str:
-    return f"mean flowtime {float(result.flowtimes.mean()):.1f}"
-
-
-def _print_summary(summary: dict) -> None:
+def _summary_line(summary: dict) -> str:
     """One policy at one rate, over its seeds."""
     overall, counts = summary["jct"]["overall"], summary["counts"]
     unfinished = f"  {counts['unfinished']} unfinished" if counts["unfinished"] else ""
-    print(f"  λ={summary['rate']:g} {summary['policy']:7} mean flowtime {overall['mean']:8.1f} "
-          f"± {overall['ci95']:.1f}  p50 {overall['p50']:6.1f}  checkpoints/job "
-          f"{counts['checkpoints_per_job']:.1f}  wasted "
-          f"{counts['wasted_work_share']:.2f} of useful work{unfinished}", flush=True)
+    return (f"  λ={summary['rate']:g} {summary['policy']:7} mean flowtime "
+            f"{overall['mean']:8.1f} ± {overall['ci95']:.1f}  p50 {overall['p50']:6.1f}  "
+            f"checkpoints/job {counts['checkpoints_per_job']:.1f}  wasted "
+            f"{counts['wasted_work_share']:.2f} of useful work{unfinished}")
 
 
-def write_study(out: Path, results: dict, tables: list[Table], sweep: Sweep,
-                policies: list[str], values: list[float], html: Path | None) -> None:
-    """results.json, the tables on the terminal and in table.txt, and with `html` the page of
-    tables and plots."""
-    write_tables(out, results, tables)
-    if html is not None:
-        _write_html(html, results["runs"], policies, values, tables, sweep)
-        print(f"report in {html}")
-
-
-def write_tables(out: Path, results: dict, tables: list[Table]) -> None:
-    """results.json, and the tables on the terminal and in table.txt."""
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    console = Console(width=160)
-    with (out / "table.txt").open("w") as file:
-        for shown in tables:
-            console.print(shown)
-            Console(file=file, width=160).print(shown)
-
-
-def mean_table(runs: list[dict], policies: list[str], values: list[float], sweep: Sweep) -> Table:
-    """The mean of each policy at each swept value, ± its 95% CI, and over the baseline's."""
-    by = {(run["policy"], run[sweep.field]): run["jct"]["overall"] for run in runs}
-    shown = Table(title=f"Mean {sweep.measure} (± 95% CI over seeds), and / {sweep.baseline}")
-    shown.add_column("policy")
-    for value in values:
-        shown.add_column(sweep.column(value))
-        shown.add_column(f"/ {sweep.baseline}")
-    for policy in policies:
-        row = [policy]
-        for value in values:
-            figure = by[(policy, value)]
-            base = by.get((sweep.baseline, value))
-            row += [f"{figure['mean']:.1f} ± {figure['ci95']:.1f}",
-                    f"{figure['mean'] / base['mean']:.2f}" if base else "-"]
-        shown.add_row(*row)
-    return shown
-
-
-def _plots(runs: list[dict], policies: list[str], values: list[float],
-           sweep: Sweep) -> dict[str, bytes]:
-    """The mean against the swept value, one line per policy; a CDF per value."""
-    from inspection.plots import cdf_plot, new_figure, png_bytes, run_style
-
-    by = {(run["policy"], run[sweep.field]): run for run in runs}
-    slug = sweep.measure.lower()
-    figure = new_figure()
-    axes = figure.add_subplot()
-    for index, policy in enumerate(policies):
-        figures = [by[(policy, value)]["jct"]["overall"] for value in values]
-        axes.errorbar(values, [f["mean"] for f in figures], yerr=[f["ci95"] for f in figures],
-                      marker="o", capsize=3, label=policy, **run_style(index))
-    axes.set(xlabel=sweep.axis, ylabel=f"mean {sweep.measure}",
-             title=f"Mean {sweep.measure} against load ({sweep.cluster})")
-    axes.grid(alpha=0.3)
-    axes.legend()
-    pictures = {f"{slug}_vs_{sweep.field}.png": png_bytes(figure)}
-    for value in values:
-        at_value = [by[(policy, value)] for policy in policies]
-        figure = cdf_plot(at_value, sweep.cdf, 1.0,
-                          f"{sweep.measure[:1].upper()}{sweep.measure[1:]} CDF at "
-                          f"{sweep.column(value)}", f"{sweep.measure} (log scale)", log=True)
-        if figure is not None:
-            pictures[f"{slug}_cdf_{value:g}.png"] = png_bytes(figure)
-    return pictures
-
-
-def _write_html(path: Path, runs: list[dict], policies: list[str], values: list[float],
-                tables: list[Table], sweep: Sweep) -> None:
-    console = Console(record=True, width=160, file=io.StringIO())
-    for shown in tables:
-        console.print(shown)
-    images = "".join(
-        f'<h2>{name[:-4].replace("_", " ")}</h2><img src="data:image/png;base64,'
-        f'{base64.b64encode(data).decode()}">'
-        for name, data in _plots(runs, policies, values, sweep).items())
-    path.write_text(f"<!doctype html><meta charset='utf-8'><title>megha experiment "
-                    f"redundancy</title><h1>{sweep.title}</h1>"
-                    f"<pre>{console.export_text()}</pre>{images}")
+EXPERIMENTS.register(Redundancy())

@@ -1,5 +1,5 @@
-"""`megha experiment redundancy --preset federated`: the SRPT+R paper's study on the federated
-cluster, where each LM gives its running tasks copies on its idle nodes (docs/redundancy.md).
+"""`megha experiment redundancy-cluster`: the SRPT+R paper's study on the federated cluster,
+where each LM gives its running tasks copies on its idle nodes (docs/redundancy.md).
 
 - Workload: the first `--jobs` jobs of the bundled YH1_sub trace (default 500, 24,929 tasks:
   the 600 first planned took over the 5 minutes the default sweep may take on 2 cores;
@@ -24,14 +24,15 @@ the mean JCT (the mean of the seeds' means) with its 95% confidence interval, p5
 over all jobs, the JCT CDF, and the copies' figures (copies launched, the share of races a
 copy won, the work the losers wasted over the useful work, checkpoints per task with copies).
 Writes `results.json` (the experiments' schema), `table.txt` (mean JCT per policy and load,
-and its ratio to `none`; the copies' figures) and with `--html` the page of `redundancy.py`.
+and its ratio to `none`; the copies' figures) and with `--html` the page of the paper's study
+(redundancy_shared.py).
 """
+
 
 from __future__ import annotations
 
 import argparse
 import math
-import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -42,39 +43,49 @@ from common.errors import InvalidInput
 from common.federation import Federation
 from common.policies.redundancy.copies import COPY_POLICIES
 from common.speed import SpeedModel
-from loadgen.sources import build_workload
+from loadgen.paper_workloads import YH1_SUB
+from loadgen.sources import add_workload_arguments, build_workload
 from simulator import command as simulate
 from simulator.cluster import shaped_federation
-from simulator.experiments.redundancy import (
-    DEFAULT_HORIZON,
-    DEFAULT_MACHINES,
-    DEFAULT_RATES,
-    Sweep,
-    mean_table,
-    write_study,
+from simulator.experiments.common import (
+    add_shape_options,
+    add_values_option,
+    at_least,
+    listed,
+    parse_loads,
+    refuse_given,
 )
-from simulator.sweep import Run, progress_printer, run_sweep
+from simulator.experiments.redundancy_shared import (
+    Sweep,
+    add_beta_option,
+    add_speed_option,
+    mean_table,
+    page,
+)
+from simulator.experiments.registry import EXPERIMENTS
+from simulator.experiments.results import Report, results_document
+from simulator.run_settings import (
+    Overrides,
+    RunSettings,
+    Timing,
+    add_check_argument,
+    add_policy_arguments,
+    add_timing_arguments,
+    workload_options,
+)
+from simulator.sweep import Run
 
 DEFAULT_POLICIES = "none,srpt+r,fair+r,laps+r"
+DEFAULT_LOADS = "0.5,0.8,1.0,1.2"  # light traffic to saturated
 DEFAULT_JOBS = 500
+DEFAULT_MAX_COPIES = 4
 BASELINE = "none"
 PAPER_MEAN_SIZE = 40.0  # the paper's mean job size, time units: here a task's mean, seconds
 CLUSTER_DEFAULTS = {"nodes": 400, "gms": 2, "lms": 4, "nodes_per_worker": 50, "heartbeat": 1.0}
 VARIABILITY = {"two-state": "two-state", "gamma": "gamma", "constant": "none"}  # --speed's
 CDF_QUANTILES = np.linspace(0, 1, 101)
-BUNDLED_TRACE = Path(__file__).resolve().parents[2] / "deploy" / "workloads" / "YH1_sub.tr"
-DEFAULT_OUT = Path("experiments") / "redundancy-federated"
-HELP = (f"the copy policies of --values (default {DEFAULT_POLICIES}) at each of --loads, on the "
-        f"first --jobs ({DEFAULT_JOBS}) jobs of YH1_sub and --nodes ({CLUSTER_DEFAULTS['nodes']})"
-        f" slots in --lms ({CLUSTER_DEFAULTS['lms']}) LMs under --gms ({CLUSTER_DEFAULTS['gms']})"
-        f", {CLUSTER_DEFAULTS['nodes_per_worker']} nodes per worker, heartbeat "
-        f"{CLUSTER_DEFAULTS['heartbeat']:g} s; --out {DEFAULT_OUT}")
-SET_BY_THE_PRESET = {  # options the preset sets for every run, and what to use instead
+SET_BY_THE_STUDY = {  # workload options the study sets for every run, and what to use instead
     "config": "it generates its clusters: use --nodes, --gms, --lms",
-    "log": "with --logs it writes one event log per run into --out",
-    "results": "it writes results.json into --out",
-    "variability": "node speeds come from --speed",
-    "redundancy": "it sweeps the copy policies of --values",
     "target_load": "it sweeps the offered loads of --loads",
     "time_scale": "it scales arrivals to the offered loads of --loads",
     "sample": "it takes the first --jobs jobs",
@@ -129,128 +140,161 @@ class Pace:
         return self.natural_load / load
 
 
-def run(args: argparse.Namespace) -> int:
-    _refuse_preset_options(args)
-    policies, loads = _policies(args.values), parse_loads(args.loads)
-    _check_numbers(args)
-    cluster = _cluster(args)
-    workload = _workload(args)
-    seeds = list(range(args.seed, args.seed + args.seeds))
-    pace = _pace(workload, _federation(args, cluster, BASELINE, seeds[0]), cluster)
-    out = args.out or DEFAULT_OUT
-    out.mkdir(parents=True, exist_ok=True)
-    speed = SpeedModel(kind=args.speed)
-    print(f"redundancy, federated: the first {pace.jobs} jobs ({pace.tasks:,} tasks) of "
-          f"{pace.trace}, task durations x {pace.duration_scale:.4g} (mean "
-          f"{pace.mean_task_s:.1f} s -> {PAPER_MEAN_SIZE:g} s; at the trace's pace they offer "
-          f"{pace.natural_load:.2f} of the slots)\n"
-          f"  {cluster.describe()}; {speed.describe()}\n"
-          f"  loads {', '.join(f'{load:g}' for load in loads)}; policies {', '.join(policies)}; "
-          f"{args.seeds} seeds", flush=True)
-    started = time.perf_counter()
-    points = [Point(policy, load, seed) for load in loads for policy in policies
-              for seed in seeds]
-    reports = _run_points(args, workload, cluster, pace, points, out if args.logs else None)
-    runs = [_summary(policy, load, [reports[Point(policy, load, seed)] for seed in seeds])
-            for load in loads for policy in policies]
-    results = {"experiment": "redundancy", "preset": "federated", "trace": pace.trace,
-               "jobs": pace.jobs, "tasks": pace.tasks, "mean_task_s": pace.mean_task_s,
-               "duration_scale": pace.duration_scale, "natural_load": pace.natural_load,
-               "cluster": asdict(cluster), "speed": speed.describe(), "seeds": seeds,
-               "beta": args.beta, "max_copies": args.max_copies, "runs": runs}
-    sweep = _sweep(cluster)
-    write_study(out, results, [mean_table(runs, policies, loads, sweep), _copies_table(runs)],
-                sweep, policies, loads, args.html)
-    print(f"results in {out}/ (results.json, table.txt"
-          f"{', one event log per run' if args.logs else ''}); "
-          f"{time.perf_counter() - started:.0f} s")
-    return 0
+@dataclass(frozen=True)
+class Copies:
+    """The federation's policies on every run, beside the copy policy it sweeps."""
+
+    speed: str  # --speed: the nodes' speed model
+    beta: float
+    max_copies: int
+    job_policy: str | None
+    queue_depth: int | None
+
+    @property
+    def speed_model(self) -> SpeedModel:
+        return SpeedModel(kind=self.speed)
 
 
-def _refuse_preset_options(args: argparse.Namespace) -> None:
-    for option, why in SET_BY_THE_PRESET.items():
-        if getattr(args, option) is not None:
-            raise InvalidInput(f"--{option.replace('_', '-')}", f"the federated preset sets "
-                                                                f"it: {why}")
-    if args.duration_scale != 1.0:
-        raise InvalidInput("--duration-scale", f"the federated preset scales task durations "
-                                               f"to a mean of {PAPER_MEAN_SIZE:g} s")
-    if args.scheduler != "megha":
-        raise InvalidInput("--scheduler", "the federated preset runs megha's LMs, which make "
-                                          "the copies")
-    for option, value, paper in (("--machines", args.machines, DEFAULT_MACHINES),
-                                 ("--rates", args.rates, DEFAULT_RATES),
-                                 ("--horizon", args.horizon, DEFAULT_HORIZON)):
-        if value != paper:
-            raise InvalidInput(option, "an option of the paper preset: the federated one "
-                                       "takes --nodes, --loads and --jobs")
-    simulate.check_slot_options(_with(args, slots=True))
+@dataclass(frozen=True)
+class RedundancyClusterOptions:
+    policies: tuple[str, ...]
+    loads: tuple[float, ...]
+    seeds: tuple[int, ...]
+    cluster: Cluster
+    copies: Copies
+    settings: RunSettings  # the selected jobs, in slot mode, before the pace
+    pace: Pace
+    logs: bool  # --logs: every run's event log
+
+    @property
+    def points(self) -> list[Point]:
+        return [Point(policy, load, seed) for load in self.loads for policy in self.policies
+                for seed in self.seeds]
 
 
-def _with(args: argparse.Namespace, **changes) -> argparse.Namespace:
-    """A copy of `args` with `changes`."""
-    return argparse.Namespace(**(vars(args) | changes))
+class RedundancyCluster:
+    name = "redundancy-cluster"
+    summary = ("the SRPT+R paper's study on the federated cluster: the LMs' copy policies on "
+               "YH1_sub's jobs, 400 slots of varying speed in 4 LMs, at offered loads 0.5 to "
+               "1.2")
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("redundancy-cluster: the policies, the loads, the "
+                                          "cluster (slot mode)")
+        add_values_option(group, "copy policies", DEFAULT_POLICIES)
+        group.add_argument("--loads", default=DEFAULT_LOADS,
+                           help=f"offered loads, the share of the slots the arriving tasks ask "
+                                f"for (default {DEFAULT_LOADS})")
+        group.add_argument("--seeds", type=int, default=3,
+                           help="seeds per point, for confidence intervals (default 3)")
+        add_beta_option(group)
+        group.add_argument("--max-copies", type=int, default=DEFAULT_MAX_COPIES,
+                           help=f"copies of one task, the original included (default "
+                                f"{DEFAULT_MAX_COPIES}, the federation file's; 0: no bound)")
+        add_speed_option(group)
+        group.add_argument("--logs", action="store_true",
+                           help="also write every run's event log into --out (about 150 MB a "
+                                "run with copies at the default size)")
+        add_shape_options(group, CLUSTER_DEFAULTS)
+        model = parser.add_argument_group("the model")
+        add_timing_arguments(model, processing="none")
+        add_policy_arguments(model, ("job_policy", "queue_depth"))
+        add_check_argument(model)
+        add_workload_arguments(parser)
+        parser.set_defaults(jobs=DEFAULT_JOBS)
+
+    def options(self, args: argparse.Namespace) -> RedundancyClusterOptions:
+        refuse_given(args, SET_BY_THE_STUDY)
+        if args.duration_scale != 1.0:
+            raise InvalidInput("--duration-scale", f"the study scales task durations to a mean "
+                                                   f"of {PAPER_MEAN_SIZE:g} s")
+        if args.logs and args.no_log:
+            raise InvalidInput("--logs", "give --logs or --no-log, not both")
+        policies = listed(args.values or DEFAULT_POLICIES, COPY_POLICIES.names(), "--values",
+                          "a copy policy")
+        loads = parse_loads(args.loads)
+        for option, value, least in (("--seeds", args.seeds, 1),
+                                     ("--max-copies", args.max_copies, 0)):
+            at_least(option, value, least)
+        if not 0 < args.beta <= 1:
+            raise InvalidInput("--beta", f"must be in (0, 1], got {args.beta}")
+        cluster = Cluster(**{key: vars(args)[key] for key in CLUSTER_DEFAULTS})
+        copies = Copies(args.speed, args.beta, args.max_copies, args.job_policy,
+                        args.queue_depth)
+        settings = _settings(args)
+        seeds = tuple(range(args.seed, args.seed + args.seeds))
+        pace = _pace(settings.workload, _federation(copies, cluster, BASELINE, seeds[0]),
+                     cluster)
+        return RedundancyClusterOptions(policies, loads, seeds, cluster, copies, settings, pace,
+                                        args.logs)
+
+    def describe(self, options: RedundancyClusterOptions) -> str:
+        pace = options.pace
+        return (f"the first {pace.jobs} jobs ({pace.tasks:,} tasks) of {pace.trace}, task "
+                f"durations x {pace.duration_scale:.4g} (mean {pace.mean_task_s:.1f} s -> "
+                f"{PAPER_MEAN_SIZE:g} s; at the trace's pace they offer "
+                f"{pace.natural_load:.2f} of the slots)\n"
+                f"  {options.cluster.describe()}; {options.copies.speed_model.describe()}\n"
+                f"  loads {', '.join(f'{load:g}' for load in options.loads)}; policies "
+                f"{', '.join(options.policies)}; {len(options.seeds)} seeds")
+
+    def runs(self, options: RedundancyClusterOptions, logs: Path | None) -> list[Run]:
+        """Each run's log only with --logs (7 GB for the default sweep)."""
+        logs = logs if options.logs else None
+        return [Run(point.label, _simulate_point,
+                    (options.copies, options.cluster, options.settings, options.pace, point),
+                    None if logs is None else logs / point.log_name)
+                for point in options.points]
+
+    def run_line(self, report: dict) -> str:
+        copies = report.get("redundancy", {}).get("copies_launched", 0)
+        return f"mean JCT {report['jct']['overall']['mean']:8.1f} s, {copies:7,} copies"
+
+    def figures(self, options: RedundancyClusterOptions, results: list[dict]) -> list[Report]:
+        reports = dict(zip(options.points, results, strict=True))
+        runs = [_summary(policy, load, [reports[Point(policy, load, seed)]
+                                        for seed in options.seeds])
+                for load in options.loads for policy in options.policies]
+        pace, copies = options.pace, options.copies
+        document = results_document("redundancy-cluster", runs, settings={
+            "trace": pace.trace, "jobs": pace.jobs, "tasks": pace.tasks,
+            "mean_task_s": pace.mean_task_s, "duration_scale": pace.duration_scale,
+            "natural_load": pace.natural_load, "cluster": asdict(options.cluster),
+            "speed": copies.speed_model.describe(), "seeds": options.seeds,
+            "beta": copies.beta, "max_copies": copies.max_copies})
+        sweep = _sweep(options.cluster)
+        tables = (mean_table(runs, options.policies, options.loads, sweep), _copies_table(runs))
+        return [Report(document, tables,
+                       page(runs, options.policies, options.loads, tables, sweep))]
 
 
-def _policies(values: str | None) -> list[str]:
-    policies = (values or DEFAULT_POLICIES).split(",")
-    for name in policies:
-        if name not in COPY_POLICIES.names():
-            raise InvalidInput("--values", f"{name!r} is not a copy policy (known: "
-                                           f"{', '.join(COPY_POLICIES.names())})")
-    return policies
+def _settings(args: argparse.Namespace) -> RunSettings:
+    """The workload's options: the bundled trace's first `DEFAULT_JOBS` jobs unless given, in
+    slot mode."""
+    workload = workload_options(args)
+    if (workload.trace is None and workload.alibaba is None and workload.poisson is None
+            and workload.like is None):
+        workload.trace = YH1_SUB
+    settings = RunSettings(
+        workload, Timing(args.delay, args.calibration), processing=args.processing,
+        slots=True, check=not args.no_check)
+    settings.check_slots()
+    settings.timing.check()
+    return settings
 
 
-def parse_loads(text: str) -> list[float]:
-    try:
-        loads = [float(value) for value in text.split(",")]
-    except ValueError:
-        raise InvalidInput("--loads", f"expected numbers separated by commas, got "
-                                      f"{text!r}") from None
-    for load in loads:
-        if not (math.isfinite(load) and load > 0):
-            raise InvalidInput("--loads", f"an offered load must be a positive number, got "
-                                          f"{load:g}")
-    return loads
-
-
-def _check_numbers(args: argparse.Namespace) -> None:
-    for option, value, least in (("--seeds", args.seeds, 1), ("--max-copies", args.max_copies, 0)):
-        if value is not None and value < least:
-            raise InvalidInput(option, f"must be at least {least}, got {value}")
-    if not 0 < args.beta <= 1:
-        raise InvalidInput("--beta", f"must be in (0, 1], got {args.beta}")
-
-
-def _cluster(args: argparse.Namespace) -> Cluster:
-    """The preset's cluster, with what the command line gives instead."""
-    given = {"nodes": args.nodes, "gms": args.gms, "lms": args.lms, "heartbeat": args.heartbeat,
-             "nodes_per_worker": args.nodes_per_worker}
-    return Cluster(**{key: CLUSTER_DEFAULTS[key] if value is None else value
-                      for key, value in given.items()})
-
-
-def _workload(args: argparse.Namespace) -> argparse.Namespace:
-    """The workload's options: the bundled trace's first `DEFAULT_JOBS` jobs unless given."""
-    given_source = any(getattr(args, source, None) is not None
-                       for source in ("trace", "alibaba", "poisson", "like"))
-    return _with(args, slots=True, trace=args.trace if given_source else BUNDLED_TRACE,
-                 jobs=args.jobs or DEFAULT_JOBS)
-
-
-def _federation(args: argparse.Namespace, cluster: Cluster, policy: str,
-                seed: int) -> Federation:
+def _federation(copies: Copies, cluster: Cluster, policy: str, seed: int) -> Federation:
     federation = shaped_federation(
         cluster.nodes, cluster.gms, cluster.lms, slots=True,
         nodes_per_worker=cluster.nodes_per_worker, heartbeat_interval=cluster.heartbeat,
         seed=seed)
-    federation = simulate.with_overrides(federation, argparse.Namespace(
-        job_policy=args.job_policy, queue_depth=args.queue_depth, redundancy=policy,
-        variability=VARIABILITY[args.speed]))
+    federation = Overrides(
+        job_policy=copies.job_policy, queue_depth=copies.queue_depth, redundancy=policy,
+        variability=VARIABILITY[copies.speed]).apply(federation)
     policies = federation.policies
-    copies = policies.redundancy.model_copy(update={"beta": args.beta,
-                                                    "max_copies": args.max_copies})
-    return replace(federation, policies=policies.model_copy(update={"redundancy": copies}))
+    redundancy = policies.redundancy.model_copy(update={"beta": copies.beta,
+                                                        "max_copies": copies.max_copies})
+    return replace(federation, policies=policies.model_copy(update={"redundancy": redundancy}))
 
 
 def _pace(workload: argparse.Namespace, federation: Federation, cluster: Cluster) -> Pace:
@@ -262,7 +306,7 @@ def _pace(workload: argparse.Namespace, federation: Federation, cluster: Cluster
     durations = [task.duration for job in jobs for task in job.tasks]
     span = jobs[-1].arrival - jobs[0].arrival
     if span <= 0:
-        raise InvalidInput("--jobs", "the preset needs jobs arriving over a span of time")
+        raise InvalidInput("--jobs", "the study needs jobs arriving over a span of time")
     mean = sum(durations) / len(durations)
     scale = PAPER_MEAN_SIZE / mean
     return Pace(jobs=len(jobs), tasks=len(durations), trace=built.name,
@@ -270,30 +314,14 @@ def _pace(workload: argparse.Namespace, federation: Federation, cluster: Cluster
                 natural_load=sum(durations) * scale / (span * cluster.nodes))
 
 
-def _run_points(args: argparse.Namespace, workload: argparse.Namespace, cluster: Cluster,
-                pace: Pace, points: list[Point], logs: Path | None) -> dict[Point, dict]:
-    """Every run's report, from the sweep (a pool of `--workers` processes or `--dask`'s
-    cluster); a line for each as it ends."""
-    runs = [Run(point.label, _simulate_point, (args, workload, cluster, pace, point),
-                      None if logs is None else logs / point.log_name) for point in points]
-    reports = run_sweep(runs, workers=args.workers, dask=args.dask,
-                              on_done=progress_printer(_point_line))
-    return dict(zip(points, reports, strict=True))
-
-
-def _point_line(report: dict) -> str:
-    copies = report.get("redundancy", {}).get("copies_launched", 0)
-    return f"mean JCT {report['jct']['overall']['mean']:8.1f} s, {copies:7,} copies"
-
-
-def _simulate_point(args: argparse.Namespace, workload: argparse.Namespace, cluster: Cluster,
+def _simulate_point(copies: Copies, cluster: Cluster, settings: RunSettings,
                     pace: Pace, point: Point, log: Path | None = None) -> dict:
     """One run, wherever the sweep sends it (which silences it when not in this process)."""
-    federation = _federation(args, cluster, point.policy, point.seed)
-    run_args = _with(workload, seed=point.seed, duration_scale=pace.duration_scale,
-                     time_scale=pace.time_scale(point.load))
+    federation = _federation(copies, cluster, point.policy, point.seed)
+    settings = settings.with_workload(seed=point.seed, duration_scale=pace.duration_scale,
+                                      time_scale=pace.time_scale(point.load))
     where = f"{cluster.describe()}, copies {point.policy}, load {point.load:g}"
-    return simulate.simulate_once(run_args, "megha", federation, where, log, point.label)
+    return simulate.simulate_once(settings, "megha", federation, where, log, point.label)
 
 
 def _summary(policy: str, load: float, reports: list[dict]) -> dict:
@@ -393,3 +421,6 @@ def _sweep(cluster: Cluster) -> Sweep:
                  measure="JCT", cdf=lambda run: run["jct"].get("cdf"), baseline=BASELINE,
                  cluster=f"{cluster.nodes} slots of varying speed in {cluster.lms} LMs",
                  title="Redundancy in the federated cluster")
+
+
+EXPERIMENTS.register(RedundancyCluster())

@@ -31,102 +31,46 @@ processes or `--dask`'s cluster runs them, a line for each as it ends; the table
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from common.errors import InvalidInput
 from common.policies.job import JOB_POLICIES
+from loadgen.paper_workloads import YH1_SUB
+from loadgen.sources import add_workload_arguments
 from simulator import command as simulate
 from simulator.cluster import shaped_federation
-from simulator.sweep import Run, progress_printer, run_sweep
+from simulator.experiments.common import (
+    NODES_PER_WORKER,
+    add_shape_options,
+    add_values_option,
+    listed,
+    simulated_run_line,
+)
+from simulator.experiments.registry import EXPERIMENTS
+from simulator.experiments.results import Report, inspection_page, results_document
+from simulator.run_settings import (
+    Overrides,
+    RunSettings,
+    Timing,
+    add_check_argument,
+    add_policy_arguments,
+    add_timing_arguments,
+    workload_options,
+)
+from simulator.sweep import Run
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+PREDICTORS = "slearn,3sigma,3sigma-tl,point-est,las,fifo,oracle"
 PAPER_RATIO = {"3sigma": 1.28, "point-est": 1.42, "las": 1.91, "fifo": 3.29, "oracle": 0.79}
 WORKLOADS = {
     "drifting": {"poisson": 1.0, "count": 1250, "families": 60, "recurring_share": 0.8,
                  "width": "choice:1,1,2,3,5,10,20,50,100,200",
                  "duration": "lognormal:20,1.5", "task_cov": 0.3, "job_cov": 0.2,
                  "drift_share": 0.5, "drift_factor": 4.0, "target_load": 1.0},
-    "yh1": {"trace": ROOT / "deploy" / "workloads" / "YH1_sub.tr", "jobs": 600,
-            "target_load": 1.0},
+    "yh1": {"trace": YH1_SUB, "jobs": 600, "target_load": 1.0},
 }
-SOURCES = ("trace", "poisson", "alibaba")
-
-
-def _workloads(args: argparse.Namespace) -> dict[str, argparse.Namespace]:
-    if any(getattr(args, source) is not None for source in SOURCES):
-        return {"workload": args}
-    made = {}
-    for name, settings in WORKLOADS.items():
-        workload = argparse.Namespace(**vars(args))
-        # --count sizes the synthesized workload, --jobs the trace's; --target-load both
-        size = "count" if "poisson" in settings else "jobs"
-        workload.count = workload.jobs = None
-        for key, value in settings.items():
-            if key in (size, "target_load") and getattr(args, key) is not None:
-                value = getattr(args, key)  # the user's size or load wins
-            setattr(workload, key, value)
-        made[name] = workload
-    return made
-
-
-def _predictors(values: str | None) -> list[str]:
-    from simulator.experiments import EXPERIMENTS
-
-    names = (values or EXPERIMENTS["slearn"][1]).split(",")
-    for name in names:
-        if name not in JOB_POLICIES.names():
-            raise InvalidInput("--values", f"{name!r} is not a job policy (known: "
-                                           f"{', '.join(JOB_POLICIES.names())})")
-    return names
-
-
-def run(args: argparse.Namespace) -> int:
-    from simulator.experiments import run_line, write_results
-
-    for option in ("log", "results", "config", "job_policy"):
-        if getattr(args, option) is not None:
-            raise InvalidInput(f"--{option.replace('_', '-')}",
-                               "the slearn experiment sets it for each run")
-    if args.scheduler not in ("megha", "centralized"):
-        raise InvalidInput("--scheduler", "the predictors are GM job policies: megha or "
-                                          "centralized")
-    predictors = _predictors(args.values)
-    nodes = args.nodes or 500
-    gms, lms = (1, 1) if args.scheduler == "centralized" else (args.gms or 2, args.lms or 5)
-    heartbeat = 10.0 if args.heartbeat is None else args.heartbeat
-    out = args.out or Path("experiments") / "slearn"
-    started = time.perf_counter()
-    workloads = _workloads(args)
-    for workload_name, workload in workloads.items():
-        workload.slots = True
-        simulate.check_slot_options(workload)
-        (out / workload_name).mkdir(parents=True, exist_ok=True)
-    cluster = Cluster(nodes, gms, lms, heartbeat, args.nodes_per_worker, args.variability)
-    points = [(workload_name, predictor) for workload_name in workloads
-              for predictor in predictors]
-    results = run_sweep(
-        [Run(f"{workload_name}/{predictor}", _simulate_predictor,
-             (workloads[workload_name], args.scheduler, cluster, predictor),
-             None if args.no_log else out / workload_name / f"{predictor}.log")
-         for workload_name, predictor in points],
-        workers=args.workers, dask=args.dask, on_done=progress_printer(run_line))
-    tables: dict[str, list[dict]] = {name: [] for name in workloads}
-    for (workload_name, predictor), result in zip(points, results, strict=True):
-        tables[workload_name].append(result | {"name": predictor, "workload": workload_name})
-    for workload_name, reports in tables.items():
-        html = None if args.html is None else args.html.with_name(
-            f"{args.html.stem}-{workload_name}{args.html.suffix}")
-        print(f"\n{workload_name}:")
-        write_results("slearn", out / workload_name, reports, html)
-    _render_headline(tables)
-    print(f"results in {out}/WORKLOAD/ (results.json, table.txt, one event log per predictor);"
-          f" {time.perf_counter() - started:.0f} s")
-    return 0
 
 
 @dataclass(frozen=True)
@@ -137,24 +81,123 @@ class Cluster:
     gms: int
     lms: int
     heartbeat: float
-    nodes_per_worker: int | None  # None: the experiments' default
+    nodes_per_worker: int
     variability: str | None
 
 
-def _simulate_predictor(workload: argparse.Namespace, scheduler: str, cluster: Cluster,
-                        predictor: str, log: Path | None = None) -> dict:
-    """One predictor on one workload, wherever the sweep sends it: megha inspect's figures."""
-    from simulator.experiments import NODES_PER_WORKER
+@dataclass(frozen=True)
+class SlearnOptions:
+    predictors: tuple[str, ...]
+    scheduler: str  # megha or centralized
+    cluster: Cluster
+    workloads: dict[str, RunSettings]  # by name: each its own results folder
 
+
+class Slearn:
+    name = "slearn"
+    summary = ("the SLearn paper's study: every job-size predictor as the GMs' job policy, on "
+               "a drifting synthetic workload and on YH1_sub, at load 1")
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("slearn: the predictors and the cluster (slot mode)")
+        add_values_option(group, "job policies", PREDICTORS)
+        group.add_argument("--scheduler", choices=("megha", "centralized"), default="megha",
+                           help="megha (default) or centralized (one GM, one LM)")
+        add_shape_options(group, {"nodes": 500, "gms": 2, "lms": 5, "heartbeat": 10.0,
+                                  "nodes_per_worker": NODES_PER_WORKER})
+        model = parser.add_argument_group("the model")
+        add_timing_arguments(model, processing="none")
+        add_policy_arguments(model, ("variability",))
+        add_check_argument(model)
+        add_workload_arguments(parser)
+
+    def options(self, args: argparse.Namespace) -> SlearnOptions:
+        if args.config is not None:
+            raise InvalidInput("--config", "the slearn experiment generates its cluster")
+        centralized = args.scheduler == "centralized"
+        cluster = Cluster(args.nodes, 1 if centralized else args.gms,
+                          1 if centralized else args.lms, args.heartbeat, args.nodes_per_worker,
+                          args.variability)
+        settings = RunSettings(
+            workload_options(args), Timing(args.delay, args.calibration),
+            processing=args.processing, slots=True, check=not args.no_check)
+        settings.timing.check()
+        workloads = _workloads(settings)
+        for workload in workloads.values():
+            workload.check_slots()
+        return SlearnOptions(listed(args.values or PREDICTORS, JOB_POLICIES.names(),
+                                    "--values", "a job policy"),
+                             args.scheduler, cluster, workloads)
+
+    def describe(self, options: SlearnOptions) -> str:
+        cluster = options.cluster
+        settings = next(iter(options.workloads.values()))
+        variability = f", variability {cluster.variability}" if cluster.variability else ""
+        return (f"job policies {', '.join(options.predictors)}; {options.scheduler} on "
+                f"{cluster.nodes} slots, {cluster.gms} GMs, {cluster.lms} LMs, heartbeat "
+                f"{cluster.heartbeat:g} s{variability}; workloads "
+                f"{', '.join(options.workloads)}; {settings.timing.describe()}, processing "
+                f"{settings.processing}")
+
+    def runs(self, options: SlearnOptions, logs: Path | None) -> list[Run]:
+        runs = []
+        for workload, settings in options.workloads.items():
+            if logs is not None:
+                (logs / workload).mkdir(parents=True, exist_ok=True)
+            runs += [Run(f"{workload}/{predictor}", simulate_predictor,
+                         (settings, options.scheduler, options.cluster, predictor),
+                         None if logs is None else logs / workload / f"{predictor}.log")
+                     for predictor in options.predictors]
+        return runs
+
+    def run_line(self, result: dict) -> str:
+        return simulated_run_line(result)
+
+    def figures(self, options: SlearnOptions, results: list[dict]) -> list[Report]:
+        """A folder per workload, and the headline table."""
+        per_workload = len(options.predictors)
+        tables = {}
+        for index, workload in enumerate(options.workloads):
+            here = results[index * per_workload:(index + 1) * per_workload]
+            tables[workload] = [result | {"name": predictor, "workload": workload}
+                                for predictor, result in zip(options.predictors, here,
+                                                             strict=True)]
+        reports = []
+        for workload, runs in tables.items():
+            document = results_document("slearn", runs, comparison=True)
+            reports.append(Report(document, page=inspection_page(document), folder=workload,
+                                  notes=(f"\n{workload}:",)))
+        return [*reports, Report(None, (headline(tables),))]
+
+
+def _workloads(settings: RunSettings) -> dict[str, RunSettings]:
+    """The workload of the options if they name a source, else both of the study's."""
+    given = settings.workload
+    if given.trace is not None or given.poisson is not None or given.alibaba is not None:
+        return {"workload": settings}
+    made = {}
+    for name, study in WORKLOADS.items():
+        # --count sizes the synthesized workload, --jobs the trace's; --target-load both
+        size = "count" if "poisson" in study else "jobs"
+        changes = {"count": None, "jobs": None}
+        for key, value in study.items():
+            user = vars(given)[key] if key in (size, "target_load") else None
+            changes[key] = value if user is None else user  # the user's size or load wins
+        made[name] = settings.with_workload(**changes)
+    return made
+
+
+def simulate_predictor(settings: RunSettings, scheduler: str, cluster: Cluster,
+                       predictor: str, log: Path | None = None) -> dict:
+    """One predictor on one workload, wherever the sweep sends it: megha inspect's figures."""
     federation = shaped_federation(
         cluster.nodes, cluster.gms, cluster.lms, slots=True,
-        nodes_per_worker=cluster.nodes_per_worker or NODES_PER_WORKER,
-        heartbeat_interval=cluster.heartbeat, policies={"job": predictor}, seed=workload.seed)
-    federation = simulate.with_overrides(
-        federation, argparse.Namespace(variability=cluster.variability))
+        nodes_per_worker=cluster.nodes_per_worker, heartbeat_interval=cluster.heartbeat,
+        policies={"job": predictor}, seed=settings.seed)
+    federation = Overrides(variability=cluster.variability).apply(federation)
     where = (f"{cluster.nodes} slots, {cluster.gms} GMs, {cluster.lms} LMs, job policy "
              f"{predictor}")
-    return simulate.simulate_once(workload, scheduler, federation, where, log, predictor)
+    return simulate.simulate_once(settings, scheduler, federation, where, log, predictor)
 
 
 def _ratio(other: float | None, slearn: float | None) -> str:
@@ -163,7 +206,7 @@ def _ratio(other: float | None, slearn: float | None) -> str:
     return f"{other / slearn:.2f}"
 
 
-def _render_headline(tables: dict[str, list[dict]]) -> None:
+def headline(tables: dict[str, list[dict]]) -> Table:
     """Each predictor's mean and p50 JCT over SLearn's, per workload, beside the paper's."""
     table = Table(title="JCT of each predictor / SLearn's (above 1: SLearn is better)")
     table.add_column("predictor")
@@ -184,4 +227,7 @@ def _render_headline(tables: dict[str, list[dict]]) -> None:
                     _ratio(jct.get("p50"), base.get("p50")),
                     "-" if error is None else f"{error:.2f}"]
         table.add_row(*row)
-    Console(width=160).print(table)
+    return table
+
+
+EXPERIMENTS.register(Slearn())

@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 
 from inspection.analysis import COMPONENTS
+from loadgen.paper_workloads import YH1_SUB
 from megha.cli import main
+from simulator.experiments.cluster_sweep import ClusterSweep
+from simulator.experiments.registry import EXPERIMENTS
 
 # the bundled trace in slot mode, whatever the figure's own default workload (the paper's,
 # as a stand-in: test_paper_figures_default_to_the_papers_workloads)
-BUNDLED = ["--trace", str(Path(__file__).resolve().parents[2] / "deploy" / "workloads"
-                          / "YH1_sub.tr"), "--slots"]
+BUNDLED = ["--trace", str(YH1_SUB), "--slots"]
 TINY = ["--jobs", "12", "--workers", "1", "--no-log", *BUNDLED]
 
 
@@ -85,10 +87,10 @@ def test_centralized_runs_saturated_and_every_job_ends(tmp_path):
 
 
 def test_paper_figures_default_to_modelled_processing_others_to_none(tmp_path):
-    from simulator import experiments
-
-    assert {"baselines", "cluster-size", "gms-lms", "heartbeat", "components",
-            "centralized"} == set(experiments.PAPER_FIGURES)
+    paper_figures = {experiment.name for experiment in EXPERIMENTS
+                     if isinstance(experiment, ClusterSweep)}
+    assert paper_figures == {"baselines", "cluster-size", "gms-lms", "heartbeat", "components",
+                             "centralized"}
     out = tmp_path / "sizes"
     assert main(["experiment", "cluster-size", "--values", "200", *TINY,
                  "--out", str(out)]) == 0
@@ -111,10 +113,8 @@ def test_bad_values_are_refused_naming_the_option(tmp_path, capsys):
 
 def test_paper_figures_default_to_the_papers_workloads(tmp_path, capsys):
     """Without a source, Figure 6 (centralized) runs on the alibaba stand-in, as the paper."""
-    from simulator import experiments
-
-    assert experiments.PAPER_WORKLOADS["centralized"] == "alibaba"
-    assert experiments.PAPER_WORKLOADS["components"] == "cloudera"
+    assert EXPERIMENTS.get("centralized").workload == "alibaba"
+    assert EXPERIMENTS.get("components").workload == "cloudera"
     assert main(["experiment", "centralized", "--values", "2000", "--jobs", "20",
                  "--workers", "1", "--no-log", "--out", str(tmp_path / "c")]) == 0
     assert "alibaba stand-in" in capsys.readouterr().out

@@ -275,16 +275,17 @@ def test_the_experiment_runs_end_to_end_at_a_tiny_size(tmp_path) -> None:
     assert "<img" in (out / "r.html").read_text()
 
 
-def test_the_federated_preset_runs_the_gms_policies_saturated(tmp_path) -> None:
-    """`--preset federated`: the GMs' job policies with each placement, at an offered load
-    past saturation; every run's log is in --out and the lp runs say what their solves did."""
+def test_packing_cluster_runs_the_gms_policies_saturated(tmp_path) -> None:
+    """`packing-cluster`: the GMs' job policies with each placement, at an offered load past
+    saturation; every run's log is in --out and the lp runs say what their solves did."""
     from megha.cli import main
 
     out = tmp_path / "out"
-    assert main(["experiment", "packing", "--preset", "federated", "--jobs", "40",
+    assert main(["experiment", "packing-cluster", "--jobs", "40",
                  "--nodes", "12", "--loads", "1.3", "--weights", "random",
                  "--values", "wspt,lp", "--workers", "1", "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
+    assert results["experiment"] == "packing-cluster"
     runs = {run["name"]: run for run in results["runs"]}
     assert set(runs) == {f"{policy}+{placement} load 1.3 random" for policy in ("wspt", "lp")
                          for placement in ("first_fit", "tetris")}

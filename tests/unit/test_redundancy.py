@@ -155,16 +155,17 @@ def test_the_redundancy_experiment_runs_every_policy_at_every_rate(tmp_path) -> 
     assert refused.returncode == 2 and "'edf' is not an allocation policy" in refused.stderr
 
 
-def test_the_federated_preset_runs_every_copy_policy_at_every_load(tmp_path) -> None:
+def test_redundancy_cluster_runs_every_copy_policy_at_every_load(tmp_path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "megha", "experiment", "redundancy", "--preset", "federated",
+        [sys.executable, "-m", "megha", "experiment", "redundancy-cluster",
          "--jobs", "20", "--nodes", "40", "--lms", "2", "--loads", "0.5,1.2", "--seeds", "2",
          "--workers", "1", "--logs", "--out", str(tmp_path)], capture_output=True, text=True,
         cwd=ROOT,
         timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("redundancy-cluster: the first 20 jobs")
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["experiment"] == "redundancy" and results["preset"] == "federated"
+    assert results["experiment"] == "redundancy-cluster"
     runs = {(run["policy"], run["load"]): run for run in results["runs"]}
     assert set(runs) == {(policy, load) for policy in ("none", "srpt+r", "fair+r", "laps+r")
                          for load in (0.5, 1.2)}
@@ -183,10 +184,10 @@ def test_the_federated_preset_runs_every_copy_policy_at_every_load(tmp_path) -> 
     ("--loads", "0.5,high", "expected numbers separated by commas"),
     ("--loads", "0.5,0", "must be a positive number"),
 ])
-def test_the_federated_preset_refuses_a_bad_sweep_naming_the_option(option, value,
-                                                                     message) -> None:
-    refused = subprocess.run([sys.executable, "-m", "megha", "experiment", "redundancy",
-                              "--preset", "federated", option, value], capture_output=True,
-                             text=True, cwd=ROOT, timeout=60)
+def test_redundancy_cluster_refuses_a_bad_sweep_naming_the_option(option, value,
+                                                                   message) -> None:
+    refused = subprocess.run([sys.executable, "-m", "megha", "experiment", "redundancy-cluster",
+                              option, value], capture_output=True, text=True, cwd=ROOT,
+                             timeout=60)
     assert refused.returncode == 2
     assert f"{option}: " in refused.stderr and message in refused.stderr

@@ -12,6 +12,7 @@ import pytest
 
 from common.models import JobSpec, TaskSpec
 from common.resources import Resources
+from loadgen.paper_workloads import YH1_SUB
 from simulator.baselines import RandomSimulation, SparrowSimulation
 from simulator.cluster import SLOT, shaped_federation
 from simulator.engine import DelayModel
@@ -187,7 +188,7 @@ def test_target_load_in_slot_mode_is_the_load_the_slots_see(tmp_path, load):
     path = tmp_path / "run.log"
     done = subprocess.run(
         [sys.executable, "-m", "megha", "simulate", "--nodes", "50", "--gms", "1", "--lms", "1",
-         "--slots", "--trace", str(ROOT / "deploy" / "workloads" / "YH1_sub.tr"),
+         "--slots", "--trace", str(YH1_SUB),
          "--jobs", "40", "--target-load", str(load), "--log", str(path)],
         capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -3,7 +3,6 @@ hand-made logs worked out by hand, in the reports, and from a simulated run with
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -19,9 +18,9 @@ from inspection.compare import FIGURES, compare
 from inspection.html import render_html
 from inspection.terminal import render_comparison, render_run
 from simulator.cluster import SLOT, shaped_federation
-from simulator.command import with_overrides
 from simulator.eventlog import SimLog
 from simulator.federated import FederatedSimulation
+from simulator.run_settings import Overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 READ = {"events": 1, "lines": 1, "malformed": 0, "examples": []}
@@ -120,7 +119,7 @@ def simulate(policy: str, path: Path) -> dict:
     """One slot, busy with `first` until 10 s; a light long job (1, 20 s) arrives before a
     heavy short one (4, 5 s), both waiting for it."""
     federation = shaped_federation(1, 1, 1, slots=True, heartbeat_interval=1.0)
-    federation = with_overrides(federation, argparse.Namespace(job_policy=policy))
+    federation = Overrides(job_policy=policy).apply(federation)
     jobs = [job("first", 0.0, 10.0, 1.0), job("light-long", 1.0, 20.0, 1.0),
             job("heavy-short", 2.0, 5.0, 4.0)]
     log = SimLog(policy, path)
