@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import math
 import random
-from pathlib import Path
 
 from common.policies.jobs.pooled import PooledJob, pooled_lp
+from loadgen.paper_workloads import YH1_SUB
 from loadgen.trace import read_trace
 from simulator.experiments.packing import ALGORITHMS, MAX_TASKS
 from simulator.models.packing import lp
@@ -26,7 +26,7 @@ from simulator.models.packing.schedulers import PACKING_POLICIES
 from simulator.packing import simulate
 from simulator.packing_workload import build_instance
 
-TRACE = Path(__file__).resolve().parent.parent / "deploy" / "workloads" / "YH1_sub.tr"
+TRACE = YH1_SUB
 
 
 def pooled_solve_seconds(jobs: int, seed: int = 1) -> float:

@@ -19,17 +19,18 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 from scipy.optimize import nnls
 
 import simulator.federated as federated
+from loadgen.paper_workloads import YH1_SUB
 from simulator import command as simulate
-from simulator.experiments import _simulate_shape
+from simulator.cluster import PAPER_NODE
+from simulator.experiments.cluster_sweep import SharedSettings, simulate_shape
 from simulator.processing import operations
 
-TRACE = Path(__file__).resolve().parent.parent / "deploy" / "workloads" / "YH1_sub.tr"
+TRACE = YH1_SUB
 ROLES = {"GlobalMaster": "gm", "LocalMaster": "lm", "WorkerAgent": "worker"}
 SHAPES = {"megha": {"gms": 4, "lms": 25}, "centralized": {"gms": 1, "lms": 1}}
 
@@ -67,9 +68,11 @@ def timed_steps(jobs: int, schedulers: list[str]) -> dict[str, list[tuple[dict, 
             simulate.add_arguments(parser)
             args = parser.parse_args(["--trace", str(TRACE), "--slots", "--jobs", str(jobs),
                                       "--no-log"])
-            args.nodes_per_worker = None
+            shared = SharedSettings(PAPER_NODE, 100, simulate.Overrides(),
+                                    simulate.RunSettings(simulate.workload_options(args),
+                                                         slots=True))
             shape = {"nodes": 10_000, "heartbeat": None, "scheduler": scheduler}
-            _simulate_shape(args, shape | SHAPES[scheduler], scheduler, None)
+            simulate_shape(shared, shape | SHAPES[scheduler], scheduler)
     finally:
         federated.FederatedSimulation._handle = handle
     return steps

@@ -47,6 +47,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from loadgen.paper_workloads import YH1_SUB  # noqa: E402
+
 SATURATED = ["--target-load", "1.2"]
 CASES = ("growth_small", "varied", "copies", "saturated", "saturated_queued", "growth_large",
          "unsaturated")  # smallest first
@@ -89,7 +93,7 @@ def run_case(name: str, extra: list[str], args: argparse.Namespace, folder: Path
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", type=Path, default=ROOT / "deploy" / "workloads" / "YH1_sub.tr")
+    parser.add_argument("--trace", type=Path, default=YH1_SUB)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--gms", type=int, default=4)
     parser.add_argument("--lms", type=int, default=25)

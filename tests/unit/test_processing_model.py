@@ -16,6 +16,7 @@ from common.errors import InvalidInput
 from common.models import JobSpec, TaskSpec
 from common.resources import Resources
 from inspection.analysis import COMPONENTS
+from loadgen.paper_workloads import YH1_SUB
 from simulator.cluster import SLOT, shaped_federation
 from simulator.eventlog import SimLog
 from simulator.federated import FederatedSimulation
@@ -129,7 +130,7 @@ def _log_bytes(tmp_path: Path, name: str, *extra: str) -> bytes:
     path = tmp_path / f"{name}.log"
     done = subprocess.run(
         [sys.executable, "-m", "megha", "simulate", "--nodes", "200", "--gms", "2", "--lms",
-         "4", "--slots", "--trace", "deploy/workloads/YH1_sub.tr", "--jobs", "40",
+         "4", "--slots", "--trace", str(YH1_SUB), "--jobs", "40",
          "--processing", "model", "--seed", "5", "--log", str(path), *extra],
         capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr

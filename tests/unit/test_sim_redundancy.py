@@ -9,13 +9,15 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from loadgen.paper_workloads import YH1_SUB
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def simulate(log: Path, *extra: str) -> list[dict]:
     done = subprocess.run(
         [sys.executable, "-m", "megha", "simulate", "--nodes", "60", "--gms", "2", "--lms", "2",
-         "--nodes-per-worker", "10", "--slots", "--trace", "deploy/workloads/YH1_sub.tr",
+         "--nodes-per-worker", "10", "--slots", "--trace", str(YH1_SUB),
          "--jobs", "25", "--duration-scale", "0.01", "--variability", "two-state",
          "--log", str(log), *extra],
         capture_output=True, text=True, cwd=ROOT, timeout=180)

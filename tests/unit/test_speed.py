@@ -23,6 +23,7 @@ from common.resources import Resources
 from common.speed import NodeSpeed, SpeedModel
 from common.worker import WorkerAgent
 from inspection.command import analyse
+from loadgen.paper_workloads import YH1_SUB
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,7 +121,7 @@ def test_a_simulation_with_variability_repeats_its_bytes_and_logs_its_model(tmp_
         log = tmp_path / f"{name}.log"
         done = subprocess.run(
             [sys.executable, "-m", "megha", "simulate", "--nodes", "60", "--gms", "2", "--lms",
-             "2", "--slots", "--trace", "deploy/workloads/YH1_sub.tr", "--jobs", "25",
+             "2", "--slots", "--trace", str(YH1_SUB), "--jobs", "25",
              "--duration-scale", "0.01", "--variability", "two-state", "--log", str(log)],
             capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
