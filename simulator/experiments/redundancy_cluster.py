@@ -85,7 +85,6 @@ CLUSTER_DEFAULTS = {"nodes": 400, "gms": 2, "lms": 4, "nodes_per_worker": 50, "h
 VARIABILITY = {"two-state": "two-state", "gamma": "gamma", "constant": "none"}  # --speed's
 CDF_QUANTILES = np.linspace(0, 1, 101)
 SET_BY_THE_STUDY = {  # workload options the study sets for every run, and what to use instead
-    "config": "it generates its clusters: use --nodes, --gms, --lms",
     "target_load": "it sweeps the offered loads of --loads",
     "time_scale": "it scales arrivals to the offered loads of --loads",
     "sample": "it takes the first --jobs jobs",
@@ -200,7 +199,8 @@ class RedundancyCluster:
         add_timing_arguments(model, processing="none")
         add_policy_arguments(model, ("job_policy", "queue_depth"))
         add_check_argument(model)
-        add_workload_arguments(parser)
+        add_workload_arguments(parser, config=False,  # it generates its clusters
+                               trace_default="the bundled YH1_sub.tr")
         parser.set_defaults(jobs=DEFAULT_JOBS)
 
     def options(self, args: argparse.Namespace) -> RedundancyClusterOptions:

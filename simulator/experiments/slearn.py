@@ -36,7 +36,6 @@ from pathlib import Path
 
 from rich.table import Table
 
-from common.errors import InvalidInput
 from common.policies.job import JOB_POLICIES
 from loadgen.paper_workloads import YH1_SUB
 from loadgen.sources import add_workload_arguments
@@ -109,11 +108,9 @@ class Slearn:
         add_timing_arguments(model, processing="none")
         add_policy_arguments(model, ("variability",))
         add_check_argument(model)
-        add_workload_arguments(parser)
+        add_workload_arguments(parser, config=False)  # it generates its cluster
 
     def options(self, args: argparse.Namespace) -> SlearnOptions:
-        if args.config is not None:
-            raise InvalidInput("--config", "the slearn experiment generates its cluster")
         centralized = args.scheduler == "centralized"
         cluster = Cluster(args.nodes, 1 if centralized else args.gms,
                           1 if centralized else args.lms, args.heartbeat, args.nodes_per_worker,

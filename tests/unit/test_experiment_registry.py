@@ -35,6 +35,7 @@ OWNERS = {
     "--loads": {"redundancy-cluster", "packing", "packing-cluster"},
     "--weights": {"packing", "packing-cluster"},
     "--sizes": {"fairness"},
+    "--config": set(),  # every experiment generates its clusters
     "--probe-ratio": SWEEPS,
     "--slots": SWEEPS,
     "--scheduler": {"cluster-size", "gms-lms", "heartbeat", "slearn"},
@@ -88,6 +89,7 @@ def test_an_unknown_experiment_is_a_clear_error(capsys) -> None:
     (["redundancy", "--offline-jobs", "6"], "--offline-jobs"),
     (["redundancy", "--preset", "federated"], "--preset"),
     (["packing", "--sizes", "10"], "--sizes"),
+    (["heartbeat", "--config", "federation.toml"], "--config"),
     (["fairness", "--trace", "x.tr"], "--trace"),
     (["baselines", "--scheduler", "sparrow"], "--scheduler"),
 ])
@@ -111,7 +113,6 @@ def parsed(*argv: str):
     (["slearn", "--values", "slearn,sjf"], "--values"),
     (["cluster-size", "--values", "many"], "--values"),
     (["baselines", "--queue-depth", "-1"], "--queue-depth"),
-    (["heartbeat", "--config", "federation.toml"], "--config"),
     (["components", "--delay", "0.001", "--calibration", "model.json"], "--delay"),
     (["redundancy-cluster", "--target-load", "1"], "--target-load"),
 ])
