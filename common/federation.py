@@ -99,6 +99,11 @@ code as well. Every error is an `InvalidInput` naming a dotted path into the fil
 (`lms[1].nodes.count`, `queues[2].gm`, `timing.heartbeat_intervall`) and the first one, in the
 order of the shape above, is the one reported; an unknown key is an error, so a misspelling
 cannot silently leave a default in force.
+
+A table of a policy family's options `resolve()`s into the family's own options type
+(`JobOptions`, `FairnessOptions`, `LocalQueueOptions`, `CopyOptions`: frozen dataclasses in
+`common/policies/`), which is what the cores get and pass to the policy: the one way options
+reach a policy, and common/policies never sees the file's models.
 """
 
 from __future__ import annotations
@@ -137,10 +142,17 @@ from common.policies.fairness import (
     unknown_choice,
     validate_queues,
 )
-from common.policies.job import JOB_POLICIES
-from common.policies.local_queue import LOCAL_QUEUE_POLICIES
+from common.policies.job import (
+    JOB_POLICIES,
+    JobOptions,
+    LadderOptions,
+    LPOrderOptions,
+    RuntimeHistoryOptions,
+    SamplingOptions,
+)
+from common.policies.local_queue import LOCAL_QUEUE_POLICIES, LocalQueueOptions
 from common.policies.placement import PLACEMENT_POLICIES
-from common.policies.redundancy.copies import COPY_POLICIES, reprioritizes
+from common.policies.redundancy.copies import COPY_POLICIES, CopyOptions, reprioritizes
 from common.policies.registry import Registry
 from common.resources import Resources
 from common.speed import SpeedModel
@@ -329,12 +341,18 @@ class QueueOptions(_Table):
     growth: Annotated[float, Field(gt=1, allow_inf_nan=False)] = 10.0  # bound to next bound
     weight_decay: Annotated[float, Field(gt=1, allow_inf_nan=False)] = 10.0  # weight to next
 
+    def resolve(self) -> LadderOptions:
+        return LadderOptions(**self.model_dump())
+
 
 class SLearnOptions(_Table):
     # the fraction of a wide job's tasks run first as pilots, or "adaptive" (learnt online)
     sampling_ratio: SamplingRatio = "adaptive"
     thin_threshold: AtLeastOne = 3  # jobs with fewer tasks skip sampling
     score_window: AtLeastOne = 100  # adaptive: jobs per ratio its score is the mean over
+
+    def resolve(self) -> SamplingOptions:
+        return SamplingOptions(**self.model_dump())
 
 
 class HistoryOptions(_Table):
@@ -348,6 +366,9 @@ class HistoryOptions(_Table):
             raise _refused(f"must be at most history_window ({self.history_window}), got "
                            f"{self.min_history}", key="min_history")
         return self
+
+    def resolve(self) -> RuntimeHistoryOptions:
+        return RuntimeHistoryOptions(**self.model_dump())
 
 
 class LPOptions(_Table):
@@ -367,6 +388,9 @@ class LPOptions(_Table):
                            f"{self.resolve_max}", key="resolve_max")
         return self
 
+    def resolve(self) -> LPOrderOptions:
+        return LPOrderOptions(**self.model_dump())
+
 
 class FairnessOptionsTable(_Table):
     """How the GMs carry out Algorithm 2 (common/policies/fairness.py, docs/fairness.md).
@@ -385,9 +409,10 @@ class FairnessOptionsTable(_Table):
         return replace(FAIRNESS_POLICIES.get(fairness).defaults, **given)
 
 
-class LocalQueueOptions(_Table):
+class LocalQueuesTable(_Table):
     """Worker local queues (docs/local-queues.md). Depth 0 is Megha's: a GM places a task
-    only where it fits now, so a worker's queue stays empty."""
+    only where it fits now, so a worker's queue stays empty. (`LocalQueueOptions` is what the
+    local queue policies get of it, `aging`: depth is the LM's, preemption the worker's.)"""
 
     # attempts that may wait in one busy node's queue at its worker; the LM enforces it
     depth: Annotated[int, Field(ge=0, le=1000)] = 0
@@ -398,6 +423,9 @@ class LocalQueueOptions(_Table):
     # which resumes later with the work it has done
     preemptive: bool = False
     preempt_factor: Annotated[float, Field(gt=1, allow_inf_nan=False)] = 10.0
+
+    def resolve(self) -> LocalQueueOptions:
+        return LocalQueueOptions(aging=self.aging)
 
 
 class RedundancyOptions(_Table):
@@ -411,6 +439,11 @@ class RedundancyOptions(_Table):
     # tasks (0: no bound, as the paper, which had 100 machines)
     max_copies: Annotated[int, Field(ge=0, le=1000)] = 4
 
+    def resolve(self) -> CopyOptions:
+        """The copy policies' options (`max_copies` is the LM's `CopyBook`'s, whatever the
+        policy)."""
+        return CopyOptions(beta=self.beta)
+
 
 class Policies(_Table):
     """The policy of each family, by the name its registry knows it by (common/policies/)."""
@@ -421,21 +454,19 @@ class Policies(_Table):
     placement: PlacementPolicyName = "first_fit"
     local_queue: LocalQueuePolicyName = "srpt"
     work_conserving: bool = True
-    local_queues: LocalQueueOptions = Field(default_factory=LocalQueueOptions)
+    local_queues: LocalQueuesTable = Field(default_factory=LocalQueuesTable)
     redundancy: RedundancyOptions = Field(default_factory=RedundancyOptions)
     queues: QueueOptions = Field(default_factory=QueueOptions)
     slearn: SLearnOptions = Field(default_factory=SLearnOptions)
     history: HistoryOptions = Field(default_factory=HistoryOptions)
     lp: LPOptions = Field(default_factory=LPOptions)
 
-    def job_options(self) -> dict[str, Any]:
-        """The options of the chosen job policy: the fields of the tables it reads
-        ([policies.queues] for every size-aware policy, [policies.slearn], ...); fifo
-        reads none."""
-        options: dict[str, Any] = {}
-        for table in JOB_POLICIES.get(self.job).tables:
-            options |= getattr(self, table).model_dump()
-        return options
+    def job_options(self) -> JobOptions:
+        """The job policies' options: every table of theirs, of which the chosen policy reads
+        those it uses ([policies.queues] every size-aware policy, [policies.slearn] slearn,
+        ...; fifo none)."""
+        return JobOptions(queues=self.queues.resolve(), slearn=self.slearn.resolve(),
+                          history=self.history.resolve(), lp=self.lp.resolve())
 
 
 class Limits(_Table):
@@ -755,7 +786,7 @@ class Federation:
         """How every worker agent is set up (`WorkerAgent`'s keywords): its local queue's
         policy and options, and its nodes' speed."""
         queues = self.policies.local_queues
-        return {"queue_policy": self.policies.local_queue, "aging": queues.aging,
+        return {"queue_policy": self.policies.local_queue, "queue_options": queues.resolve(),
                 "preemptive": queues.preemptive, "preempt_factor": queues.preempt_factor,
                 "speed": self.variability.speed_model(), "speed_seed": self.seed}
 
@@ -764,7 +795,7 @@ class Federation:
         its redundant copies."""
         copies = self.policies.redundancy
         return {"queue_depth": self.policies.local_queues.depth, "redundancy": copies.policy,
-                "redundancy_beta": copies.beta, "max_copies": copies.max_copies}
+                "copy_options": copies.resolve(), "max_copies": copies.max_copies}
 
     def queue_gm(self, user: str) -> str:
         """The GM that serves `user`'s queue: where that user's jobs are submitted."""

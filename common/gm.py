@@ -98,10 +98,10 @@ class GlobalMaster:
         self.config = config
         self.gm = config.gm_id
         self.rng = random.Random(config.seed)  # the job policy's draws (pilot tasks)
-        self.policy = JOB_POLICIES.make(config.job_policy, **config.job_policy_options)
+        self.policy = JOB_POLICIES.make(config.job_policy, config.job_policy_options)
         # Algorithm 2 and how it is carried out (common/policies/fairness.py, docs/fairness.md)
-        self.fairness = FAIRNESS_POLICIES.make(config.fairness, queues=config.queues,
-                                               options=config.fairness_options)
+        self.fairness = FAIRNESS_POLICIES.make(config.fairness, config.fairness_options,
+                                               queues=config.queues)
         self.own_queues = {q.name for q in config.queues if q.gm == config.gm_id}
         self.view = FederationView(self.gm)  # every LM as its last snapshot showed it
         self.placer = Placer(self.gm, self.view, self.fairness,

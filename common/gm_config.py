@@ -3,10 +3,11 @@ from the federation file by `common/federation.py`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from common.models import DEFAULT_NUM_CONSTRAINTS
 from common.policies.fairness import FairnessOptions, UserQueue
+from common.policies.job import JOB_DEFAULTS, JobOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,7 +15,9 @@ class GMConfig:
     gm_id: str
     queues: tuple[UserQueue, ...]  # every queue of the federation; this GM serves its own
     job_policy: str = "fifo"
-    job_policy_options: dict = field(default_factory=dict)
+    # [policies.queues], [policies.slearn], [policies.history], [policies.lp]: the job policy
+    # reads those it uses
+    job_policy_options: JobOptions = JOB_DEFAULTS
     fairness: str = "fair_share"
     # how Algorithm 2 is carried out ([policies.fairness_options]); None: the fairness
     # policy's defaults (today's refinements for fair_share, the paper's for fair_share_paper)

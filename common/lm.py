@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from common.cluster import ClusterTopology, JournaledState, LMSnapshot
 from common.commands import (
@@ -64,6 +65,9 @@ from common.reasons import Reason
 from common.step import Step
 from common.story import TransitionLog
 
+if TYPE_CHECKING:
+    from common.policies.redundancy.copies import CopyOptions
+
 # ends the LM itself decides on: its worker must be told to stop the attempt
 _STOPPED_BY_LM = frozenset({Reason.PREEMPTED, Reason.CANCELLED})
 
@@ -77,8 +81,9 @@ class LocalMaster:
 
     Its keywords set up its books (see the module's docstring): `worker_timeout` (the
     testbed's is three heartbeat intervals), `dispatch_timeout` and `recovering` (a restarted
-    LM) its `WorkerWatch`; `queue_depth` its `NodeQueueBook`; `redundancy`, `redundancy_beta`
-    and `max_copies` its `CopyBook`; `heartbeat_keepalive` its `SnapshotMaker`.
+    LM) its `WorkerWatch`; `queue_depth` its `NodeQueueBook`; `redundancy`, `copy_options`
+    (the policy's, None: its defaults) and `max_copies` its `CopyBook`; `heartbeat_keepalive`
+    its `SnapshotMaker`.
     """
 
     def __init__(
@@ -94,7 +99,7 @@ class LocalMaster:
         recovering: bool = False,
         queue_depth: int = 0,
         redundancy: str = "none",
-        redundancy_beta: float = 0.5,
+        copy_options: CopyOptions | None = None,
         max_copies: int = 4,
         story_len: int = 100_000,
         ended_memory: int = 200_000,
@@ -116,7 +121,7 @@ class LocalMaster:
                         if queue_depth else None)
         self._copies = CopyBook(
             topology, self.state, self._attempts.running, policy=redundancy,
-            beta=redundancy_beta, max_copies=max_copies, epoch=epoch,
+            options=copy_options, max_copies=max_copies, epoch=epoch,
         ) if makes_copies(redundancy) else None
         self._workers = WorkerWatch(
             topology, self.state, now, worker_timeout,

@@ -45,6 +45,7 @@ from common.step import Step
 
 if TYPE_CHECKING:
     from common.lm_queues import NodeQueueBook
+    from common.policies.redundancy.copies import CopyOptions
 
 CANCELLED_MEMORY = 10_000  # cancelled copies remembered, for the reports still on their way
 _PROGRESS_EPSILON = 1e-9  # work-seconds: a report this close to the best is not ahead of it
@@ -78,14 +79,15 @@ class Group:
 
 class CopyBook:
     def __init__(self, topology: ClusterTopology, state: JournaledState,
-                 running: Mapping[str, RunningAttempt], *, policy: str, beta: float = 0.5,
-                 max_copies: int = 4, epoch: int = 0) -> None:
+                 running: Mapping[str, RunningAttempt], *, policy: str,
+                 options: CopyOptions | None = None, max_copies: int = 4,
+                 epoch: int = 0) -> None:
         if max_copies < 0:
             raise InvalidInput("max_copies", f"must be >= 0, got {max_copies}")
         self.topology = topology
         self.state = state
         self.running = running  # the LM's live attempts (read only): where originals run
-        self.policy = COPY_POLICIES.make(policy, beta=beta)
+        self.policy = COPY_POLICIES.make(policy, options)
         self.max_copies = max_copies
         self.epoch = epoch
         size = len(topology)

@@ -53,6 +53,7 @@ from common.worker_suspension import SuspensionBook
 if TYPE_CHECKING:
     from common.messages import Placement
     from common.models import NodeSpec
+    from common.policies.local_queue import LocalQueueOptions
     from common.resources import Resources
     from common.speed import SpeedModel
     from common.worker_nodes import NodeState
@@ -88,27 +89,29 @@ class WorkerAgent:
         ended_memory: int = DEFAULT_ENDED_MEMORY,
         speed: SpeedModel | None = None,
         speed_seed: int = 0,
-        aging: float = 0.0,
+        queue_options: LocalQueueOptions | None = None,
         preemptive: bool = False,
         preempt_factor: float = 10.0,
     ) -> None:
-        """`aging`: work-seconds of priority credit a queued task gains per second waited
-        (`srpt`). `preemptive`: an arrival that does not fit suspends running tasks whose
-        priority is at least `preempt_factor` times its own, when that makes room."""
+        """`queue_options`: every local queue's (`aging`, the work-seconds of priority credit
+        a queued task gains per second waited, under `srpt`); None: the policy's defaults.
+        `preemptive`: an arrival that does not fit suspends running tasks whose priority is
+        at least `preempt_factor` times its own, when that makes room."""
         if not worker_id:
             raise InvalidInput("worker_id", "must be a non-empty string")
         queue_class = LOCAL_QUEUE_POLICIES.get(queue_policy)
+        if queue_options is None:
+            queue_options = LOCAL_QUEUE_POLICIES.defaults(queue_policy)
         if max_queue < 0:
             raise InvalidInput("max_queue", f"must be >= 0, got {max_queue}")
         self._attempts = WorkerAttemptBook(ended_memory)
-        if not 0 <= aging < math.inf:
-            raise InvalidInput("aging", f"must be a finite number >= 0, got {aging}")
         suspensions = SuspensionBook(preempt_factor)  # its option is refused whether on or not
         self.worker_id = worker_id
         self.queue_policy = queue_policy
         self.max_queue = max_queue
         self._suspensions = suspensions if preemptive else None
-        self._nodes = build_nodes(worker_id, nodes, queue_class, aging, speed, speed_seed)
+        self._nodes = build_nodes(worker_id, nodes, queue_class, queue_options, speed,
+                                  speed_seed)
         self._live = self._attempts.live  # read here; the book adds and ends them
         self._queued_total = 0
         self._arrival_seq = 0

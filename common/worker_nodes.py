@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from common.messages import Placement
     from common.models import NodeSpec
-    from common.policies.local_queue import LocalQueue
+    from common.policies.local_queue import LocalQueue, LocalQueueOptions
     from common.speed import SpeedModel
 
 
@@ -94,10 +94,12 @@ class NodeState:
 
 
 def build_nodes(worker_id: str, nodes: Sequence[NodeSpec], queue_class: type[LocalQueue],
-                aging: float, speed: SpeedModel | None, speed_seed: int) -> dict[str, NodeState]:
-    """The worker's nodes by id, each with an empty local queue of `queue_class` and, if the
-    federation varies speed, its own speed process (seeded by `speed_seed` and its id, so
-    every driver draws the same one); `InvalidInput` for a node that is not this worker's."""
+                queue_options: LocalQueueOptions, speed: SpeedModel | None,
+                speed_seed: int) -> dict[str, NodeState]:
+    """The worker's nodes by id, each with an empty local queue of `queue_class` made with
+    `queue_options` and, if the federation varies speed, its own speed process (seeded by
+    `speed_seed` and its id, so every driver draws the same one); `InvalidInput` for a node
+    that is not this worker's."""
     built: dict[str, NodeState] = {}
     for index, node in enumerate(nodes):
         validate_node(node)
@@ -108,6 +110,7 @@ def build_nodes(worker_id: str, nodes: Sequence[NodeSpec], queue_class: type[Loc
                 f"nodes[{index}].worker", f"{node.worker!r} is not this worker {worker_id!r}"
             )
         built[node.node_id] = NodeState(
-            node, node.capacity.cpu_m, node.capacity.mem_mib, {}, queue_class(aging=aging),
+            node, node.capacity.cpu_m, node.capacity.mem_mib, {},
+            queue_class(options=queue_options),
             None if speed is None else NodeSpeed(speed, f"{speed_seed}/{node.node_id}"))
     return built

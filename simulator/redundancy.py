@@ -23,7 +23,7 @@ import numpy as np
 
 from common.errors import InvalidInput
 from common.speed import SpeedModel
-from simulator.models.machines import MACHINE_ALLOCATIONS
+from simulator.models.machines import MACHINE_ALLOCATIONS, AllocationOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class RedundancySim:
                  check: bool = True) -> None:
         if machines < 1:
             raise InvalidInput("--machines", f"must be at least 1, got {machines}")
-        self.policy = MACHINE_ALLOCATIONS.make(policy, beta=beta)
+        self.policy = MACHINE_ALLOCATIONS.make(policy, AllocationOptions(beta))
         self.machines = machines
         self.workload = workload
         self.seed = seed

@@ -30,8 +30,8 @@ Each option may be set on its own over either policy's defaults.
 The GM proposes victims from its possibly stale view; the LM verifies them against the truth
 before anything is stopped (`LocalMaster._preempt_verdict`).
 
-`FAIRNESS_POLICIES.make(name, queues=..., options=...)` passes every user queue of the
-federation and the options (None: the policy's `defaults`).
+`FAIRNESS_POLICIES.make(name, options, queues=...)` passes the options (None: the policy's
+`defaults`) and every user queue of the federation.
 """
 
 from __future__ import annotations
@@ -176,8 +176,8 @@ class FairnessPolicy(Protocol):
         allowed."""
 
 
-FAIRNESS_POLICIES: Registry[type[FairnessPolicy]] = Registry("policies.fairness",
-                                                              argument="fairness")
+FAIRNESS_POLICIES: Registry[type[FairnessPolicy]] = Registry(
+    "policies.fairness", options=FairnessOptions, argument="fairness")
 
 
 @FAIRNESS_POLICIES.register("none")

@@ -23,8 +23,9 @@ One policy orders by job weight (`jobs/weighted.py`):
   remaining work first, the work known from the tasks' stated durations as the oracle knows
   it; no levels, and the key follows the remaining work as tasks finish.
 
-`JOB_POLICIES.make(name, **options)` passes a policy the fields of the federation file's
-tables it names in `tables` (`[policies.queues]`, `[policies.slearn]`, `[policies.history]`).
+`JOB_POLICIES.make(name, options)` passes a policy the family's options, a `JobOptions`: one
+part per table of the federation file (`[policies.queues]`, `[policies.slearn]`,
+`[policies.history]`, `[policies.lp]`), of which each policy reads those it uses (`fifo` none).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from common.errors import InvalidInput
 from common.policies.registry import Registry
 
 if TYPE_CHECKING:
@@ -103,12 +105,89 @@ class JobProgress:
             self.longest = runtime
 
 
+@dataclass(frozen=True, slots=True)
+class LadderOptions:
+    """[policies.queues]: the priority-queue ladder of every size-aware policy (its checks are
+    `jobs/ladder.py`'s `QueueLadder`, which a policy builds from these)."""
+
+    levels: int = 10
+    first_limit: float = 1000.0  # task-seconds: the bound of the top queue
+    growth: float = 10.0  # each bound is this times the one before
+    weight_decay: float = 10.0  # each level's weight is the one before divided by this
+
+
+def _at_least_one(name: str, value: object) -> None:
+    if not (isinstance(value, int) and value >= 1):
+        raise InvalidInput(name, f"must be an integer >= 1, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingOptions:
+    """[policies.slearn]: slearn's pilots (`jobs/sampling.py`); 3sigma-tl reads its thin
+    limit."""
+
+    sampling_ratio: float | str = "adaptive"  # a fraction in (0, 1], or learnt
+    thin_threshold: int = 3  # jobs with fewer tasks are thin: no pilots
+    score_window: int = 100  # adaptive: jobs per ratio its score is the mean over
+
+    def __post_init__(self) -> None:
+        ratio = self.sampling_ratio
+        if ratio != "adaptive" and not (isinstance(ratio, int | float) and 0 < ratio <= 1):
+            raise InvalidInput("sampling_ratio", f'must be in (0, 1] or "adaptive", got '
+                                                 f"{ratio!r}")
+        _at_least_one("score_window", self.score_window)
+        _at_least_one("thin_threshold", self.thin_threshold)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeHistoryOptions:
+    """[policies.history]: the finished jobs 3sigma, 3sigma-tl and point-est predict from
+    (`jobs/history.py`)."""
+
+    history_window: int = 20  # finished jobs kept per feature value
+    min_history: int = 2  # needed before predicting
+
+    def __post_init__(self) -> None:
+        _at_least_one("history_window", self.history_window)
+        if not (isinstance(self.min_history, int) and 1 <= self.min_history
+                <= self.history_window):
+            raise InvalidInput("min_history", f"must be an integer from 1 to history_window "
+                                              f"({self.history_window}), got "
+                                              f"{self.min_history!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class LPOrderOptions:
+    """[policies.lp]: how often `lp` solves its LP, and how big and long a solve may be
+    (`jobs/lp_order.py`)."""
+
+    resolve_first: float = 1.0  # seconds from the GM's first job to the first solve
+    resolve_growth: float = 1.5  # each interval this times the one before
+    resolve_max: float = 10.0  # ... up to this
+    max_jobs: int = 200  # jobs in one LP
+    time_limit: float = 0.5  # seconds a solve may take
+    epsilon: float = 0.5  # the LP's time points grow by 1 + epsilon
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """The job policies' options, one part per table of the federation file."""
+
+    queues: LadderOptions = LadderOptions()
+    slearn: SamplingOptions = SamplingOptions()
+    history: RuntimeHistoryOptions = RuntimeHistoryOptions()
+    lp: LPOrderOptions = LPOrderOptions()
+
+
+JOB_DEFAULTS = JobOptions()  # what a policy made without options gets: the file's defaults
+
+
 class JobPolicy(Protocol):
     """Which of a job's tasks may run now, and in which queue and order jobs are placed."""
 
     name: str
+    options: JobOptions
     ladder: QueueLadder | None  # its priority queues; None: one queue by `order_key`
-    tables: tuple[str, ...]  # the federation file's tables its options come from
 
     def admit(self, job: JobProgress, rng: random.Random) -> None:
         """Called once at arrival: choose pilots (tasks not in `pilots` are held if any),
@@ -130,14 +209,16 @@ class JobPolicy(Protocol):
 
 # the size-learning policies, wspt, psrs and lp: registered by the modules of `jobs/`, which
 # the registry imports when first asked for a policy
-JOB_POLICIES: Registry[type[JobPolicy]] = Registry("policies.job", argument="job_policy",
-                                                   plugins="common.policies.jobs")
+JOB_POLICIES: Registry[type[JobPolicy]] = Registry(
+    "policies.job", options=JobOptions, argument="job_policy", plugins="common.policies.jobs")
 
 
 @JOB_POLICIES.register("fifo")
 class FifoPolicy:
     ladder = None
-    tables = ()
+
+    def __init__(self, options: JobOptions = JOB_DEFAULTS) -> None:
+        self.options = options  # fifo reads none of them
 
     def admit(self, job: JobProgress, rng: random.Random) -> None:
         job.pilots = frozenset()

@@ -5,11 +5,12 @@ The policy decides which waiting placement goes first: `srpt` (SRPT+R) runs slea
 tasks first and then the job with the least estimated remaining work, `fifo` runs them in
 arrival order.
 
-The worker makes one queue per node, so it takes the class, not an instance:
-`LOCAL_QUEUE_POLICIES.get(name)(aging=...)`. Every queue class accepts the keyword `aging`
-(work-seconds of priority credit per second waited; `fifo` has no use for it). Both policies
-here are an order key on `KeyedLocalQueue`, which keeps the entries sorted by it and indexes
-them by job, so that a job whose estimate changes is re-keyed without a scan.
+The worker makes one queue per node, so it takes the class, not an instance, and makes each
+queue with the family's options: `LOCAL_QUEUE_POLICIES.get(name)(options=...)`, a
+`LocalQueueOptions` (`aging`: work-seconds of priority credit per second waited; `fifo` has no
+use for it). Both policies here are an order key on `KeyedLocalQueue`, which keeps the entries
+sorted by it and indexes them by job, so that a job whose estimate changes is re-keyed without
+a scan.
 """
 
 from __future__ import annotations
@@ -29,6 +30,18 @@ from common.policies.registry import Registry
 OrderKey = tuple[float | int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class LocalQueueOptions:
+    """The local queue policies' options (the federation file's [policies.local_queues]
+    `aging`; its other keys are the LM's and the worker's, not a queue's)."""
+
+    aging: float = 0.0  # work-seconds of priority credit per second waited (srpt)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.aging < math.inf:
+            raise InvalidInput("aging", f"must be a finite number >= 0, got {self.aging}")
+
+
 class LocalQueue(Protocol):
     """Queued placements of one node: the worker starts them in iteration order.
 
@@ -37,6 +50,7 @@ class LocalQueue(Protocol):
     """
 
     name: str
+    options: LocalQueueOptions
 
     def push(self, placement: Placement, seq: int, now: float) -> None:
         """Queue a placement; `InvalidInput` if its attempt is already queued."""
@@ -60,8 +74,8 @@ class LocalQueue(Protocol):
     def __len__(self) -> int: ...
 
 
-LOCAL_QUEUE_POLICIES: Registry[type[LocalQueue]] = Registry("policies.local_queue",
-                                                            argument="queue_policy")
+LOCAL_QUEUE_POLICIES: Registry[type[LocalQueue]] = Registry(
+    "policies.local_queue", options=LocalQueueOptions, argument="queue_policy")
 
 
 @dataclass(slots=True)
@@ -77,10 +91,9 @@ class KeyedLocalQueue(ABC):
 
     name: str
 
-    def __init__(self, aging: float = 0.0) -> None:
-        if not 0 <= aging < math.inf:
-            raise InvalidInput("aging", f"must be a finite number >= 0, got {aging}")
-        self.aging = aging
+    def __init__(self, options: LocalQueueOptions = LocalQueueOptions()) -> None:
+        self.options = options
+        self.aging = options.aging  # srpt's order key reads it at every push
         # the attempt id in each entry only breaks ties among equal keys (seq reused by a
         # caller must not make the list compare placements)
         self._entries: SortedList = SortedList()

@@ -15,11 +15,14 @@ free resources, and picks one.
   its remaining volume, is the job policy's (`psrs` orders by it); placement sets stay strict
   in a GM, so its remote penalty has nothing to weigh.
 
-`PLACEMENT_POLICIES.make(name)` passes nothing: a placement policy keeps no state.
+`PLACEMENT_POLICIES.make(name)` passes no context and the family's options, which are empty
+(`PlacementOptions`): a placement policy keeps no state and has no settings, but is made the
+way every policy is, so one that needs some adds its fields there.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from bitarray import bitarray
@@ -30,10 +33,16 @@ if TYPE_CHECKING:  # the cluster state imports the default policy from here
     from common.cluster import ClusterState
 
 
+@dataclass(frozen=True, slots=True)
+class PlacementOptions:
+    """The placement policies' options: none yet."""
+
+
 class PlacementPolicy(Protocol):
     """Picks the node a task goes to among those it may use."""
 
     name: str
+    options: PlacementOptions
 
     def choose(
         self, state: ClusterState, candidates: bitarray, cpu_m: int, mem_mib: int, start: int
@@ -42,12 +51,17 @@ class PlacementPolicy(Protocol):
         `state`, or -1 if none has; `start` is where a scan that has an order begins."""
 
 
-PLACEMENT_POLICIES: Registry[type[PlacementPolicy]] = Registry("policies.placement",
-                                                               argument="placement")
+PLACEMENT_POLICIES: Registry[type[PlacementPolicy]] = Registry(
+    "policies.placement", options=PlacementOptions, argument="placement")
+
+
+class _Placement:
+    def __init__(self, options: PlacementOptions = PlacementOptions()) -> None:
+        self.options = options
 
 
 @PLACEMENT_POLICIES.register("first_fit")
-class FirstFit:
+class FirstFit(_Placement):
     def choose(
         self, state: ClusterState, candidates: bitarray, cpu_m: int, mem_mib: int, start: int
     ) -> int:
@@ -63,7 +77,7 @@ class FirstFit:
 
 
 @PLACEMENT_POLICIES.register("best_fit")
-class BestFit:
+class BestFit(_Placement):
     def choose(
         self, state: ClusterState, candidates: bitarray, cpu_m: int, mem_mib: int, start: int
     ) -> int:
@@ -79,7 +93,7 @@ class BestFit:
 
 
 @PLACEMENT_POLICIES.register("tetris")
-class TetrisAlignment:
+class TetrisAlignment(_Placement):
     def choose(
         self, state: ClusterState, candidates: bitarray, cpu_m: int, mem_mib: int, start: int
     ) -> int:

@@ -1,21 +1,27 @@
-"""The one registry every policy family uses: its policy classes by name.
+"""The one registry every policy family uses: its policy classes by name, and its options.
 
 A family is a decision point of the scheduler (job ordering, fairness, placement, local
-queues). Its module defines a `typing.Protocol` for the decision, one `Registry`, and the
-policy classes, each registered under the name the federation file selects it by:
+queues, copies). Its module defines a `typing.Protocol` for the decision, the family's options
+(one frozen dataclass, with today's defaults), one `Registry`, and the policy classes, each
+registered under the name the federation file selects it by:
 
-    FAIRNESS_POLICIES = Registry("policies.fairness", argument="fairness")
+    FAIRNESS_POLICIES = Registry("policies.fairness", options=FairnessOptions,
+                                 argument="fairness")
 
     @FAIRNESS_POLICIES.register("fair_share")
     class FairShare: ...
 
-    FAIRNESS_POLICIES.make("fair_share", queues=queues)
+    FAIRNESS_POLICIES.make("fair_share", options, queues=queues)
 
-`make` constructs the policy with the keywords its family passes (each family's module says
-which; every class of the family accepts them all), `get` hands out the class itself for a
-family whose caller makes many instances (a worker makes one local queue per node). An
-unknown name is an `InvalidInput` listing the known ones; the federation file's validation
-lists the same names (`names()`), so a new policy needs no edit anywhere else.
+Options reach a policy one way: `make` passes them as the one keyword `options=` (the
+policy's defaults when None), beside the context its family passes (each family's module says
+which; every class of the family accepts it all); `get` hands out the class itself for a family
+whose caller makes many instances (a worker makes one local queue per node), and the caller
+makes each with `options=` (`defaults(name)` when it has none). The federation file's tables
+(`common/federation.py`) validate what the file says and `resolve()` it into the family's
+options; this module and the families never import the file's models. An unknown name is an
+`InvalidInput` listing the known ones; the federation file's validation lists the same names
+(`names()`), so a new policy needs no edit anywhere else.
 
 A family whose policies live in a package of their own names it as `plugins`
 (`Registry("policies.job", plugins="common.policies.jobs")`): the registry imports that
@@ -43,12 +49,16 @@ class Registry(Generic[PolicyClass]):
     constructors take the policy name under (`GMConfig.fairness`, the worker's
     `queue_policy`): `make` and `get` name it, since a name reaching them came from code.
     `plugins`: the package that registers the rest of the family's policies when imported,
-    imported on the first `names`, `get` or `make`.
+    imported on the first `names`, `get` or `make`. `options`: the family's options type,
+    whose defaults (`options()`) a policy gets when it is given none and declares no
+    `defaults` of its own. A family without one (the simulator's models, machine allocation
+    and packing, until they declare theirs) gets from `make` only the keywords it is given.
     """
 
-    def __init__(self, family: str, *, argument: str | None = None,
-                 plugins: str | None = None) -> None:
+    def __init__(self, family: str, *, options: type | None = None,
+                 argument: str | None = None, plugins: str | None = None) -> None:
         self.family = family
+        self.options = options
         self.argument = argument or family
         self.plugins = plugins
         self._classes: dict[str, PolicyClass] = {}
@@ -76,9 +86,20 @@ class Registry(Generic[PolicyClass]):
             raise InvalidInput(self.argument, self.unknown(name))
         return cls
 
-    def make(self, name: str, **context: Any) -> Any:
-        """A new policy `name`, given the keywords its family passes."""
-        return self.get(name)(**context)
+    def defaults(self, name: str) -> Any:
+        """The options policy `name` gets when it is given none: its own `defaults` if it
+        declares them (a fairness policy does: the paper's differ from today's), else the
+        family's."""
+        own = getattr(self.get(name), "defaults", None)
+        return own if own is not None else self.options()
+
+    def make(self, name: str, options: Any = None, **context: Any) -> Any:
+        """A new policy `name`, made with `options` (its defaults when None) and the
+        keywords its family passes."""
+        cls = self.get(name)
+        if self.options is None:  # a family that declares no options type: as it is given
+            return cls(**context) if options is None else cls(options=options, **context)
+        return cls(options=self.defaults(name) if options is None else options, **context)
 
     def _registered(self) -> dict[str, PolicyClass]:
         """Every class of the family, its plugins imported first if they are not yet."""

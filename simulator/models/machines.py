@@ -26,12 +26,14 @@ Multitasking (jobs ordered by arrival, the latest last):
 - `laps+r` (beta): the same ceil(beta n) jobs; fewer than m of them get floor(m/k) copies each
   and the latest the rest.
 
-`MACHINE_ALLOCATIONS.make(name, beta=...)`: every policy takes `beta`; only laps ones read it.
+`MACHINE_ALLOCATIONS.make(name, AllocationOptions(beta=...))`: every policy takes the options;
+only laps ones read `beta`.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -41,8 +43,19 @@ from common.policies.redundancy.copies import shares
 from common.policies.registry import Registry
 
 
+@dataclass(frozen=True, slots=True)
+class AllocationOptions:
+    beta: float = 0.5  # laps, laps+r: the share of the latest arrivals that run
+
+    def __post_init__(self) -> None:
+        beta = self.beta
+        if not (isinstance(beta, int | float) and 0 < beta <= 1 and math.isfinite(beta)):
+            raise InvalidInput("beta", f"must be in (0, 1], got {beta!r}")
+
+
 class MachineAllocation(Protocol):
     name: str
+    options: AllocationOptions
     multitasking: bool
 
     def allocate(self, remaining: np.ndarray, arrival: np.ndarray,
@@ -55,7 +68,7 @@ class MachineAllocation(Protocol):
 # the paper's model only (`megha experiment redundancy`): the federation file's
 # [policies.redundancy] chooses among copies.COPY_POLICIES
 MACHINE_ALLOCATIONS: Registry[type[MachineAllocation]] = Registry(
-    "redundancy experiment", argument="policy")
+    "redundancy experiment", argument="policy", options=AllocationOptions)
 
 
 def spread(copies: np.ndarray, chosen: np.ndarray, favoured: int, machines: int) -> None:
@@ -68,10 +81,8 @@ def spread(copies: np.ndarray, chosen: np.ndarray, favoured: int, machines: int)
 class _Policy:
     multitasking = False
 
-    def __init__(self, beta: float = 0.5) -> None:
-        if not (isinstance(beta, int | float) and 0 < beta <= 1 and math.isfinite(beta)):
-            raise InvalidInput("beta", f"must be in (0, 1], got {beta!r}")
-        self.beta = beta
+    def __init__(self, options: AllocationOptions = AllocationOptions()) -> None:
+        self.options = options
 
 
 @MACHINE_ALLOCATIONS.register("srpt")
@@ -134,7 +145,7 @@ class FairRedundant(_Sharing):
 @MACHINE_ALLOCATIONS.register("laps")
 class Laps(_Sharing):
     def running(self, n: int) -> int:
-        return max(1, math.ceil(self.beta * n))
+        return max(1, math.ceil(self.options.beta * n))
 
 
 @MACHINE_ALLOCATIONS.register("laps+r")

@@ -15,6 +15,7 @@ from common.errors import InvalidInput
 from common.policies.redundancy.copies import (
     COPY_POLICIES,
     Candidates,
+    CopyOptions,
     shares,
     wanted_copies,
 )
@@ -30,7 +31,7 @@ def candidates(*priorities: float) -> Candidates:
 
 
 def plan(name: str, index: Candidates, idle: int, max_copies: int = 0, beta: float = 0.5):
-    return wanted_copies(COPY_POLICIES.make(name, beta=beta), index, idle, max_copies)
+    return wanted_copies(COPY_POLICIES.make(name, CopyOptions(beta)), index, idle, max_copies)
 
 
 def test_srpt_r_spreads_the_machines_and_favours_the_least_remaining_work() -> None:
@@ -62,7 +63,7 @@ def test_max_copies_caps_a_task_and_what_it_leaves_goes_to_the_next() -> None:
 
 def test_a_bad_beta_is_refused_naming_it() -> None:
     with pytest.raises(InvalidInput) as caught:
-        COPY_POLICIES.make("laps+r", beta=0)
+        CopyOptions(beta=0)
     assert caught.value.field == "beta"
 
 
@@ -87,7 +88,7 @@ def test_copies_never_exceed_the_idle_nodes_nor_the_cap(name, priorities, idle, 
     assert all(extra >= 1 for extra in wanted.values())
     if max_copies:
         assert all(extra <= max_copies - 1 for extra in wanted.values())
-    chosen = COPY_POLICIES.make(name, beta=beta).chosen(len(priorities))
+    chosen = COPY_POLICIES.make(name, CopyOptions(beta)).chosen(len(priorities))
     latest = {f"t{i}" for i in range(len(priorities) - chosen, len(priorities))}
     if name == "laps+r":
         assert set(wanted) <= latest

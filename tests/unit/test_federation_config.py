@@ -19,6 +19,9 @@ from common.gm import GlobalMaster
 from common.lm import LocalMaster
 from common.models import NodeSpec
 from common.policies.fairness import UserQueue
+from common.policies.job import JobOptions, SamplingOptions
+from common.policies.local_queue import LocalQueueOptions
+from common.policies.redundancy.copies import CopyOptions
 from common.resources import Resources
 from common.worker import WorkerAgent
 
@@ -270,10 +273,9 @@ def test_gm_config_maps_policies_and_timing() -> None:
     config = federation.gm_config("g2", epoch=3)
     assert config.gm_id == "g2" and config.epoch == 3
     assert config.job_policy == "slearn"
-    assert config.job_policy_options == {"sampling_ratio": 0.05, "thin_threshold": 4,
-                                         "score_window": 100, "levels": 10,
-                                         "first_limit": 1000.0, "growth": 10.0,
-                                         "weight_decay": 10.0}
+    # every job policy table, resolved: the file's slearn, the others' defaults
+    assert config.job_policy_options == JobOptions(
+        slearn=SamplingOptions(sampling_ratio=0.05, thin_threshold=4))
     assert config.fairness == "none"
     assert config.placement == "best_fit" and config.work_conserving is False
     assert (config.lm_timeout, config.attempt_grace) == (7.5, 2.5)
@@ -297,12 +299,27 @@ def test_gms_reprioritize_only_where_workers_order_by_priority(tables: str,
     assert load_federation(text).gm_config("g1").reprioritize is reprioritize
 
 
-def test_fifo_passes_no_options_and_first_fit_is_the_default() -> None:
+def test_fifo_is_given_the_options_it_does_not_read_and_first_fit_is_the_default() -> None:
     federation = load_federation(BASE)  # carries a [policies.slearn] table, unused by fifo
     config = federation.gm_config("g1")
-    assert config.job_policy == "fifo" and config.job_policy_options == {}
+    assert config.job_policy == "fifo"
+    assert config.job_policy_options.slearn == SamplingOptions(sampling_ratio=0.05)
     assert config.placement == "first_fit"
-    GlobalMaster(config, topologies=federation.topologies())
+    gm = GlobalMaster(config, topologies=federation.topologies())
+    assert gm.policy.options is config.job_policy_options
+
+
+def test_the_worker_and_lm_policies_get_their_options_resolved_from_the_file() -> None:
+    text = edit("[policies.slearn]", '[policies.local_queues]\ndepth = 2\naging = 0.5\n\n'
+                '[policies.redundancy]\npolicy = "laps+r"\nbeta = 0.25\n\n[policies.slearn]')
+    federation = load_federation(text)
+    options = federation.worker_options()
+    assert options["queue_options"] == LocalQueueOptions(aging=0.5)
+    assert federation.lm_options()["copy_options"] == CopyOptions(beta=0.25)
+    worker = next(iter(federation.workers()))
+    WorkerAgent(worker, federation.worker_nodes(worker), **options)
+    lm = LocalMaster(federation.topology("l1"), **federation.lm_options())
+    assert lm.copies is not None and lm.copies.policy.options == CopyOptions(beta=0.25)
 
 
 def test_lm_and_worker_build_from_the_federation() -> None:

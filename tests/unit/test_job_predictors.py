@@ -15,7 +15,13 @@ from common.gm_records import JobRecord
 from common.lifecycle import TaskState
 from common.models import JobSpec, TaskSpec
 from common.pending import Backlog
-from common.policies.job import JOB_POLICIES, JobProgress
+from common.policies.job import (
+    JOB_POLICIES,
+    JobOptions,
+    JobProgress,
+    LadderOptions,
+    SamplingOptions,
+)
 from common.policies.jobs.history import RuntimeHistory, features
 from common.policies.jobs.ladder import LevelShares, QueueLadder
 from common.policies.jobs.predictors import OraclePolicy
@@ -125,7 +131,7 @@ def test_3sigma_takes_the_histories_mean_point_est_its_median() -> None:
 
 
 def test_3sigma_tl_sends_thin_jobs_to_the_top_unestimated() -> None:
-    policy = JOB_POLICIES.make("3sigma-tl", thin_threshold=3)
+    policy = JOB_POLICIES.make("3sigma-tl", JobOptions(slearn=SamplingOptions(thin_threshold=3)))
     for _ in range(2):
         done = progress(2, name="tiny")
         done.attained = 2 * 5000.0
@@ -160,7 +166,7 @@ def test_the_oracle_places_by_true_work() -> None:
 
 
 def test_slearn_adaptive_ratio_is_learnt_from_normalized_jcts() -> None:
-    policy = JOB_POLICIES.make("slearn", score_window=1)
+    policy = JOB_POLICIES.make("slearn", JobOptions(slearn=SamplingOptions(score_window=1)))
     rng = random.Random(0)
     jobs = [progress(100, seq=n) for n in range(3)]
     for job in jobs:
@@ -176,7 +182,7 @@ def test_slearn_adaptive_ratio_is_learnt_from_normalized_jcts() -> None:
     policy.admit(nxt, rng)
     assert nxt.sampling_ratio == 0.01  # 2% beat 3% by more than 10%
     with pytest.raises(InvalidInput, match="sampling_ratio"):
-        JOB_POLICIES.make("slearn", sampling_ratio=2)
+        SamplingOptions(sampling_ratio=2)
 
 
 # -- no level starves ---------------------------------------------------------------------------
@@ -200,7 +206,7 @@ def job_at_level(n: int, level: int, tasks: int) -> JobRecord:
        st.lists(st.integers(0, 30), min_size=4, max_size=4),  # tasks already running per level
        st.integers(0, 40))  # free slots
 def test_a_pass_shares_slots_by_weight_and_no_waiting_level_starves(jobs_spec, running, free):
-    policy = OraclePolicy(levels=4)
+    policy = OraclePolicy(JobOptions(queues=LadderOptions(levels=4)))
     backlog = Backlog(policy)
     backlog.shares.running[:] = running
     jobs = {}

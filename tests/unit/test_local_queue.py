@@ -14,6 +14,7 @@ from common.models import TaskSpec
 from common.policies.local_queue import (
     LOCAL_QUEUE_POLICIES,
     FifoLocalQueue,
+    LocalQueueOptions,
     SrptLocalQueue,
 )
 from common.resources import Resources
@@ -93,16 +94,16 @@ def test_duplicate_push_is_refused() -> None:
 # --- aging -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("policy", LOCAL_QUEUE_POLICIES.names())
 @pytest.mark.parametrize("aging", [-0.5, math.nan, math.inf])
-def test_every_policy_refuses_a_bad_aging_naming_the_field(policy: str, aging: float) -> None:
+def test_the_options_refuse_a_bad_aging_naming_the_field(aging: float) -> None:
+    """Every policy of the family is made with these options, so none sees a bad aging."""
     with pytest.raises(InvalidInput) as caught:
-        LOCAL_QUEUE_POLICIES.get(policy)(aging=aging)
+        LocalQueueOptions(aging=aging)
     assert caught.value.field == "aging"
 
 
 def test_aging_lets_a_long_wait_beat_a_shorter_estimate_and_pilots_still_go_first() -> None:
-    queue = SrptLocalQueue(aging=1.0)
+    queue = SrptLocalQueue(LocalQueueOptions(aging=1.0))
     queue.push(placement("old#1", priority=10.0), 1, 0.0)  # static key 10
     queue.push(placement("soon#1", priority=1.0), 2, 5.0)  # 6: within 10 s, it overtakes
     queue.push(placement("late#1", priority=1.0), 3, 20.0)  # 21: 20 s later, it does not
@@ -115,7 +116,7 @@ def test_aging_lets_a_long_wait_beat_a_shorter_estimate_and_pilots_still_go_firs
 
 
 def test_fifo_accepts_aging_and_ignores_it() -> None:
-    queue = FifoLocalQueue(aging=3.0)
+    queue = FifoLocalQueue(LocalQueueOptions(aging=3.0))
     queue.push(placement("a#1", priority=9.0), 1, 0.0)
     queue.push(placement("b#1", priority=0.0), 2, 100.0)
     assert order(queue) == ["a#1", "b#1"]
@@ -133,7 +134,7 @@ _arrivals = st.lists(
 def test_the_static_key_orders_as_the_effective_key_at_any_time(
     arrivals: list[tuple[int, int, bool]], aging: float, later: int
 ) -> None:
-    queue = SrptLocalQueue(aging=aging)
+    queue = SrptLocalQueue(LocalQueueOptions(aging=aging))
     now, entries = 0.0, []
     for seq, (estimate, gap, pilot) in enumerate(arrivals):
         now += gap
@@ -153,7 +154,7 @@ def test_the_static_key_orders_as_the_effective_key_at_any_time(
 def test_an_entry_is_overtaken_only_by_arrivals_within_its_estimate_over_aging(
     arrivals: list[tuple[int, int, bool]], aging: float
 ) -> None:
-    queue = SrptLocalQueue(aging=aging)
+    queue = SrptLocalQueue(LocalQueueOptions(aging=aging))
     now, entries = 0.0, []
     for seq, (estimate, gap, pilot) in enumerate(arrivals):
         now += gap
@@ -185,7 +186,7 @@ def test_reprioritize_rekeys_the_jobs_entries_and_keeps_the_arrival_tiebreak() -
 
 
 def test_reprioritize_keeps_the_aging_credit() -> None:
-    queue = SrptLocalQueue(aging=1.0)
+    queue = SrptLocalQueue(LocalQueueOptions(aging=1.0))
     queue.push(placement("old#1", priority=10.0, job="old"), 1, 0.0)
     queue.push(placement("new#1", priority=8.0, job="new"), 2, 5.0)  # key 13 against 10
     assert order(queue) == ["old#1", "new#1"]

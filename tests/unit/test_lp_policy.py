@@ -22,7 +22,7 @@ from common.cluster import ClusterState, ClusterTopology
 from common.errors import InvalidInput
 from common.federation import load_federation
 from common.models import JobSpec, NodeSpec, Resources, TaskSpec
-from common.policies.job import JOB_POLICIES, JobProgress
+from common.policies.job import JOB_POLICIES, JobOptions, JobProgress, LPOrderOptions
 from common.policies.jobs.lp_order import LPOrderPolicy, PsrsPolicy
 from common.policies.jobs.pooled import PooledJob, pooled_lp
 from common.policies.placement import PLACEMENT_POLICIES
@@ -76,7 +76,7 @@ def test_the_lp_never_costs_more_than_a_schedule_and_never_ends_a_job_too_soon(j
 
 
 def test_a_solve_that_runs_out_of_time_keeps_the_previous_order() -> None:
-    policy = LPOrderPolicy(time_limit=1e-9, resolve_first=1.0)
+    policy = LPOrderPolicy(JobOptions(lp=LPOrderOptions(time_limit=1e-9, resolve_first=1.0)))
     rng = random.Random(0)
     jobs = [progress(seq, width=rng.randint(1, 40), duration=rng.uniform(1, 100))
             for seq in range(1, 301)]
@@ -120,7 +120,8 @@ def test_psrs_orders_by_weight_over_remaining_volume_and_rekeys_on_capacity() ->
 
 
 def test_lp_solves_at_growing_intervals_only_when_jobs_changed() -> None:
-    policy = LPOrderPolicy(resolve_first=2.0, resolve_growth=2.0, resolve_max=5.0)
+    policy = LPOrderPolicy(JobOptions(lp=LPOrderOptions(resolve_first=2.0, resolve_growth=2.0,
+                                                        resolve_max=5.0)))
     a, b = progress(1, width=1, duration=100.0, weight=10.0), progress(2, 4, 25.0, weight=9.0)
     policy.admit(a, random.Random(0))
     policy.admit(b, random.Random(0))
@@ -203,7 +204,8 @@ def test_the_federation_file_chooses_lp_with_its_options() -> None:
     federation = load_federation(lp_file("resolve_first = 3.0\nmax_jobs = 50"))
     config = federation.gm_config("g1")
     assert (config.job_policy, config.placement) == ("lp", "tetris")
-    policy = JOB_POLICIES.make("lp", **federation.policies.job_options())
+    assert config.job_policy_options.lp == LPOrderOptions(resolve_first=3.0, max_jobs=50)
+    policy = JOB_POLICIES.make("lp", config.job_policy_options)
     assert (policy.resolve_first, policy.max_jobs, policy.resolve_max) == (3.0, 50, 10.0)
 
 

@@ -16,7 +16,7 @@ from common.policies.fairness import (
     choose_victims,
     dominant_usage,
 )
-from common.policies.job import JOB_POLICIES, JobProgress
+from common.policies.job import JOB_POLICIES, JobOptions, JobProgress, SamplingOptions
 from common.policies.jobs.predictors import SLearnPolicy
 
 
@@ -43,7 +43,7 @@ def test_slearn_samples_three_percent_at_least_one_and_skips_thin_jobs() -> None
 
 
 def test_slearn_estimates_from_the_mean_pilot_runtime_then_queues_by_estimated_work() -> None:
-    policy = SLearnPolicy(sampling_ratio=0.1)
+    policy = SLearnPolicy(JobOptions(slearn=SamplingOptions(sampling_ratio=0.1)))
     short, long = progress(20, seq=1), progress(20, seq=2)
     for job in (short, long):
         policy.admit(job, random.Random(3))

@@ -1,9 +1,11 @@
-"""Every policy family has the same shape: a Protocol, a registry, registered classes that
-implement the Protocol, refusals that name the known choices, in code and in the file."""
+"""Every policy family has the same shape: a Protocol, an options type, a registry, registered
+classes that implement the Protocol and are made with the family's options, refusals that name
+the known choices, in code and in the file."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import inspect
 import pkgutil
@@ -32,9 +34,17 @@ FAMILIES = ("policies.fairness", "policies.job", "policies.local_queue", "polici
 # wspt job policies, the tetris placement and per-task placement sets).
 SIMULATOR_ONLY = {"redundancy experiment", "packing experiment"}
 
-# What each family's `make` passes (a family module's docstring says so); the local queue
-# family hands out classes (`get`), made with nothing.
+# What each family's `make` passes beside the options (a family module's docstring says so);
+# the local queue family hands out classes (`get`), made with the options alone.
 CONTEXT = {"policies.fairness": {"queues": [UserQueue("a", 1.0, "g1")]}}
+# How the federation file gives each family its options: the tables' `resolve()`, defaults
+# and all (placement has no table: its options are empty).
+FILE_OPTIONS = {
+    "policies.job": lambda policies: policies.job_options(),
+    "policies.fairness": lambda policies: policies.fairness_options.resolve(policies.fairness),
+    "policies.local_queue": lambda policies: policies.local_queues.resolve(),
+    "policies.redundancy.policy": lambda policies: policies.redundancy.resolve(),
+}
 
 def policies_file(line: str) -> str:
     return one_gm_file(f"[policies]\n{line}")
@@ -91,7 +101,8 @@ def test_a_family_has_one_protocol_that_its_classes_implement(module: ModuleType
         cls = registry.get(name)
         assert cls.name == name
         for attribute in attributes:
-            assert hasattr(cls, attribute), (cls, attribute)
+            if attribute != "options":  # an instance's: checked where the policies are made
+                assert hasattr(cls, attribute), (cls, attribute)
         for method, signature in methods.items():
             implemented = getattr(cls, method, None)
             assert callable(implemented), (cls, method)
@@ -100,12 +111,48 @@ def test_a_family_has_one_protocol_that_its_classes_implement(module: ModuleType
 
 
 @pytest.mark.parametrize("module", MODULES, ids=ids)
-def test_every_policy_is_made_with_what_its_family_passes(module: ModuleType) -> None:
+def test_a_family_declares_one_options_type_of_frozen_defaults(module: ModuleType) -> None:
     registry = registries_of(module)[0]
+    options = registry.options
+    assert options is not None and options.__module__ == module.__name__
+    assert dataclasses.is_dataclass(options) and options.__dataclass_params__.frozen
+    options()  # every field has today's default
+    # the family's Protocol says that every policy keeps the options it was made with
+    attributes = getattr(protocols_of(module)[0], "__annotations__", {})
+    assert attributes.get("options") == options.__name__
+
+
+@pytest.mark.parametrize("module", MODULES, ids=ids)
+def test_every_policy_is_made_with_the_family_options_and_what_it_passes(
+        module: ModuleType) -> None:
+    registry = registries_of(module)[0]
+    context = CONTEXT.get(registry.family, {})
     for name in registry.names():
-        context = CONTEXT.get(registry.family, {})
         policy = registry.make(name, **context)
         assert isinstance(policy, registry.get(name)) and policy.name == name
+        assert "options" in inspect.signature(registry.get(name)).parameters, name
+        # none given: the policy's defaults (the family's, unless it declares its own)
+        assert policy.options == registry.defaults(name)
+        assert isinstance(policy.options, registry.options)
+        given = registry.options()  # a new instance: the policy must keep this one
+        assert registry.make(name, given, **context).options is given, name
+        # as a caller of `get` makes them: the one keyword `options=`
+        assert registry.get(name)(options=given, **context).options is given, name
+
+
+@pytest.mark.parametrize("family", sorted(FILE_OPTIONS))
+def test_the_federation_file_resolves_each_family_options_with_the_same_defaults(
+        family: str) -> None:
+    """The file's tables and the families' options types both state today's defaults: a
+    file that sets nothing gives each policy exactly the defaults it gets in code."""
+    registry = next(registries_of(module)[0] for module in MODULES
+                    if registries_of(module)[0].family == family)
+    policies = Policies()
+    resolved = FILE_OPTIONS[family](policies)
+    assert isinstance(resolved, registry.options)
+    chosen = getattr(policies, family.split(".")[1])
+    name = chosen if isinstance(chosen, str) else chosen.policy
+    assert resolved == registry.defaults(name)
 
 
 @pytest.mark.parametrize("module", MODULES, ids=ids)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from common.errors import InvalidInput
 from common.speed import SpeedModel
-from simulator.models.machines import MACHINE_ALLOCATIONS
+from simulator.models.machines import MACHINE_ALLOCATIONS, AllocationOptions
 from simulator.redundancy import Entries, RedundancySim, Workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def allocate(name: str, remaining, arrival=None, machines: int = 10, beta: float = 0.5):
     remaining = np.asarray(remaining, dtype=float)
     arrival = np.arange(len(remaining), dtype=float) if arrival is None else np.asarray(arrival)
-    copies, shared = MACHINE_ALLOCATIONS.make(name, beta=beta).allocate(remaining, arrival,
-                                                                        machines)
+    policy = MACHINE_ALLOCATIONS.make(name, AllocationOptions(beta))
+    copies, shared = policy.allocate(remaining, arrival, machines)
     return copies.tolist(), shared.tolist()
 
 
@@ -46,7 +46,7 @@ def test_fair_and_laps_share_among_the_latest_arrivals() -> None:
     assert allocate("laps+r", [1] * 6) == ([0, 0, 0, 3, 3, 4], [False] * 6)
     assert allocate("laps", [1] * 30)[1] == [False] * 15 + [True] * 15
     with pytest.raises(InvalidInput, match="beta"):
-        MACHINE_ALLOCATIONS.make("laps", beta=0)
+        MACHINE_ALLOCATIONS.make("laps", AllocationOptions(beta=0))
 
 
 @settings(max_examples=200, deadline=None)
@@ -57,7 +57,7 @@ def test_allocations_fit_the_machines_and_copies_only_use_spare_ones(name, remai
                                                                      beta, seed):
     n = len(remaining)
     arrival = np.random.default_rng(seed).permutation(n).astype(float)
-    policy = MACHINE_ALLOCATIONS.make(name, beta=beta)
+    policy = MACHINE_ALLOCATIONS.make(name, AllocationOptions(beta))
     copies, shared = policy.allocate(np.asarray(remaining), arrival, machines)
     assert copies.sum() <= machines and (copies >= 0).all()
     assert not (copies[shared] > 0).any()

@@ -15,6 +15,7 @@ from common.errors import IllegalTransition, InvalidInput, InvariantViolated
 from common.events import JobReprioritized, TaskAssigned, TaskCancelled, TaskRunEnded, Tick
 from common.messages import Placement
 from common.models import NodeSpec, TaskSpec
+from common.policies.local_queue import LocalQueueOptions
 from common.reasons import Reason
 from common.resources import Resources
 from common.step import Step
@@ -127,7 +128,10 @@ def test_unknown_policy_is_invalid_input_listing_known_names() -> None:
 ])
 def test_bad_queue_options_are_invalid_input_naming_the_field(option: str, value: float) -> None:
     with pytest.raises(InvalidInput) as caught:
-        WorkerAgent(WORKER, [node()], **{option: value})
+        if option == "aging":  # the local queues' option: refused as their options are made
+            WorkerAgent(WORKER, [node()], queue_options=LocalQueueOptions(aging=value))
+        else:
+            WorkerAgent(WORKER, [node()], **{option: value})
     assert caught.value.field == option
 
 
@@ -192,7 +196,7 @@ def test_queued_tasks_start_in_srpt_order_on_release() -> None:
 
 
 def test_aging_starts_a_long_waiting_task_before_a_shorter_late_one() -> None:
-    h = harness(aging=1.0)
+    h = harness(queue_options=LocalQueueOptions(aging=1.0))
     h.assign(place("big#1", cpu=1000))  # t=1
     h.assign(place("long#1", cpu=1000, priority=10.0))  # t=2: static key 12
     h.send(Tick(stim()), advance=18.0)

@@ -14,6 +14,7 @@ from common.commands import Command, KillTask, Log, ReportToLM, RunTask
 from common.events import TaskAssigned, TaskRunEnded, Tick
 from common.messages import Placement
 from common.models import NodeSpec
+from common.policies.local_queue import LocalQueueOptions
 from common.reasons import Reason
 from common.resources import Resources
 from common.speed import SpeedModel
@@ -273,7 +274,8 @@ class PreemptiveWorkerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         nodes = (node("n1", 1000, 1000), node("n2", 700, 2000))
-        self.h = preemptive(*nodes, max_queue=8, ended_memory=10_000, aging=0.5)
+        self.h = preemptive(*nodes, max_queue=8, ended_memory=10_000,
+                            queue_options=LocalQueueOptions(aging=0.5))
         self.assigned: list[str] = []
         self.runs: dict[str, tuple[float, float | None]] = {}  # attempt -> start, duration
         self.ran: dict[str, float] = {}  # attempt -> wall time of its ended runs

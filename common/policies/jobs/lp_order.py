@@ -25,11 +25,12 @@ rather than being passed by narrower ones, is the packing experiment's (`packing
 a GM places whatever fits.
 
 Workers' local queues get the job's remaining work over its weight under both (as `wspt`).
+`lp`'s settings are `JobOptions.lp` (`[policies.lp]`); `psrs` has none.
 """
 
 from __future__ import annotations
 
-from common.policies.job import JOB_POLICIES, JobProgress
+from common.policies.job import JOB_DEFAULTS, JOB_POLICIES, JobOptions, JobProgress
 from common.policies.jobs.weighted import WeightedShortestFirstPolicy
 
 Capacity = tuple[float, float]  # the pool's millicores and MiB
@@ -57,7 +58,8 @@ class _ByVolume(WeightedShortestFirstPolicy):
 
     last: dict | None = None
 
-    def __init__(self) -> None:
+    def __init__(self, options: JobOptions = JOB_DEFAULTS) -> None:
+        super().__init__(options)
         self.capacity: Capacity = (1.0, 1.0)
 
     def _capacity_changed(self, capacity: Capacity) -> bool:
@@ -87,23 +89,20 @@ class PsrsPolicy(_ByVolume):
 
 @JOB_POLICIES.register("lp")
 class LPOrderPolicy(_ByVolume):
-    tables = ("lp",)
-
-    def __init__(self, resolve_first: float = 1.0, resolve_growth: float = 1.5,
-                 resolve_max: float = 10.0, max_jobs: int = 200, time_limit: float = 0.5,
-                 epsilon: float = 0.5) -> None:
-        super().__init__()
-        self.resolve_first = resolve_first
-        self.resolve_growth = resolve_growth
-        self.resolve_max = resolve_max
-        self.max_jobs = max_jobs
-        self.time_limit = time_limit
-        self.epsilon = epsilon
+    def __init__(self, options: JobOptions = JOB_DEFAULTS) -> None:
+        super().__init__(options)
+        lp = options.lp
+        self.resolve_first = lp.resolve_first
+        self.resolve_growth = lp.resolve_growth
+        self.resolve_max = lp.resolve_max
+        self.max_jobs = lp.max_jobs
+        self.time_limit = lp.time_limit
+        self.epsilon = lp.epsilon
         self.live: dict[int, JobProgress] = {}  # seq -> the GM's unfinished jobs
         self.completion: dict[int, int] = {}  # seq -> the LP interval it completes in
         self.changed = False  # a job arrived or ended since the last solve
         self.next_solve: float | None = None  # GM clock; None until the first job
-        self.interval = resolve_first
+        self.interval = lp.resolve_first
         # what the GM logs of each solve, and the running totals (figures)
         self.solves = 0
         self.timeouts = 0

@@ -1,7 +1,9 @@
 """The job policies that place jobs on the priority-queue ladder (`ladder.py`), each with its
 own way of learning a job's size. They share the ladder, FIFO within a level and weighted
 sharing across levels, so that they differ only in how they estimate (as in the SLearn
-paper's comparison). A job's *work* is its total task runtime, in task-seconds.
+paper's comparison). A job's *work* is its total task runtime, in task-seconds. Each is made
+with the family's `JobOptions` and reads its parts: the ladder `options.queues`, the history
+policies `options.history`, slearn (and 3sigma-tl's thin limit) `options.slearn`.
 """
 
 from __future__ import annotations
@@ -9,28 +11,22 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from common.errors import InvalidInput
-from common.policies.job import JOB_POLICIES, JobProgress
+from common.policies.job import JOB_DEFAULTS, JOB_POLICIES, JobOptions, JobProgress
 from common.policies.jobs.history import RuntimeHistory, expected, features, point
 from common.policies.jobs.ladder import THIN_LIMIT, QueueLadder
 from common.policies.jobs.sampling import AdaptiveSampling
 
 
-def _check_thin(thin_threshold: int) -> int:
-    if not (isinstance(thin_threshold, int) and thin_threshold >= 1):
-        raise InvalidInput("thin_threshold", f"must be an integer >= 1, got {thin_threshold!r}")
-    return thin_threshold
-
-
 class LadderPolicy:
     """Priority queues; a subclass estimates. A job with no estimate yet stays at the top."""
 
-    tables: tuple[str, ...] = ("queues",)
     ladder: QueueLadder = QueueLadder()  # each instance its own, from its options
 
-    def __init__(self, levels: int = 10, first_limit: float = 1000.0, growth: float = 10.0,
-                 weight_decay: float = 10.0) -> None:
-        self.ladder = QueueLadder(levels, first_limit, growth, weight_decay)
+    def __init__(self, options: JobOptions = JOB_DEFAULTS) -> None:
+        self.options = options
+        queues = options.queues
+        self.ladder = QueueLadder(queues.levels, queues.first_limit, queues.growth,
+                                  queues.weight_decay)
 
     def admit(self, job: JobProgress, rng: random.Random) -> None:
         job.pilots = frozenset()
@@ -94,19 +90,13 @@ class HistoryPolicy(LadderPolicy):
     """Predicts a job's mean task runtime from similar finished jobs (`history.py`); a job
     like none seen yet has no estimate and starts at the top."""
 
-    tables = ("queues", "history")
     summary: Callable[[list[float]], float]
     thin_threshold: int | None = None  # 3sigma-tl: thin jobs go to the top, unestimated
 
-    def __init__(self, history_window: int = 20, min_history: int = 2, **queues) -> None:
-        super().__init__(**queues)
-        if not (isinstance(history_window, int) and history_window >= 1):
-            raise InvalidInput("history_window", f"must be an integer >= 1, got "
-                                                 f"{history_window!r}")
-        if not (isinstance(min_history, int) and 1 <= min_history <= history_window):
-            raise InvalidInput("min_history", f"must be an integer from 1 to history_window "
-                                              f"({history_window}), got {min_history!r}")
-        self.history = RuntimeHistory(history_window, min_history)
+    def __init__(self, options: JobOptions = JOB_DEFAULTS) -> None:
+        super().__init__(options)
+        self.history = RuntimeHistory(options.history.history_window,
+                                      options.history.min_history)
 
     def admit(self, job: JobProgress, rng: random.Random) -> None:
         super().admit(job, rng)
@@ -128,12 +118,9 @@ class ThreeSigmaPolicy(HistoryPolicy):
 
 @JOB_POLICIES.register("3sigma-tl")
 class ThreeSigmaThinPolicy(ThreeSigmaPolicy):
-    tables = ("queues", "history", "slearn")
-
-    def __init__(self, thin_threshold: int = 3, sampling_ratio: object = None,
-                 score_window: int = 100, **options) -> None:
-        super().__init__(**options)  # slearn's table: only its thin limit applies here
-        self.thin_threshold = _check_thin(thin_threshold)
+    def __init__(self, options: JobOptions = JOB_DEFAULTS) -> None:
+        super().__init__(options)
+        self.thin_threshold = options.slearn.thin_threshold  # slearn's only option it reads
 
 
 @JOB_POLICIES.register("point-est")
@@ -149,22 +136,14 @@ class SLearnPolicy(LadderPolicy):
     pilot runtime times its width then places it. `sampling_ratio` is a fraction, or
     "adaptive" to learn it (`sampling.py`, over windows of `score_window` jobs)."""
 
-    tables = ("queues", "slearn")
-
-    def __init__(self, sampling_ratio: float | str = "adaptive", thin_threshold: int = 3,
-                 score_window: int = 100, **queues) -> None:
-        super().__init__(**queues)
-        if sampling_ratio == "adaptive":
-            self.sampler: AdaptiveSampling | None = AdaptiveSampling(score_window)
-        elif isinstance(sampling_ratio, int | float) and 0 < sampling_ratio <= 1:
-            self.sampler = None
-        else:
-            raise InvalidInput("sampling_ratio", f'must be in (0, 1] or "adaptive", got '
-                                                 f"{sampling_ratio!r}")
-        if not (isinstance(score_window, int) and score_window >= 1):
-            raise InvalidInput("score_window", f"must be an integer >= 1, got {score_window!r}")
-        self.sampling_ratio = sampling_ratio
-        self.thin_threshold = _check_thin(thin_threshold)
+    def __init__(self, options: JobOptions = JOB_DEFAULTS) -> None:
+        super().__init__(options)
+        sampling = options.slearn  # checked when made (`SamplingOptions`)
+        self.sampler: AdaptiveSampling | None = (
+            AdaptiveSampling(sampling.score_window) if sampling.sampling_ratio == "adaptive"
+            else None)
+        self.sampling_ratio = sampling.sampling_ratio
+        self.thin_threshold = sampling.thin_threshold
 
     def admit(self, job: JobProgress, rng: random.Random) -> None:
         super().admit(job, rng)

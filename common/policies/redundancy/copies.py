@@ -17,8 +17,10 @@ Each policy declares whether it makes copies at all (`copies`, False only for `n
 depends on that (an LM's copy book, the GMs' reprioritizations) asks `makes_copies` or
 `reprioritizes`, never a policy's name.
 
-`max_copies` (the original included; 0: no bound) caps what one task gets; what the cap
-leaves over goes to the next chosen tasks in order, up to the cap each.
+`COPY_POLICIES.make(name, options)` passes the family's options, a `CopyOptions` (`beta`).
+`max_copies` (the original included; 0: no bound) caps what one task gets, whatever the
+policy (the LM's `CopyBook` applies it, `wanted_copies`); what the cap leaves over goes to the
+next chosen tasks in order, up to the cap each.
 
 The candidates are an index kept as tasks start and end (`Candidates`), so a decision costs
 the copies it hands out, not a sort of every running task.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from sortedcontainers import SortedList
@@ -93,8 +96,21 @@ class Candidates:
         return reversed(self._entries)
 
 
+@dataclass(frozen=True, slots=True)
+class CopyOptions:
+    """The copy policies' options (the federation file's [policies.redundancy] `beta`)."""
+
+    beta: float = 0.5  # laps+r: the share of the latest running tasks that get copies
+
+    def __post_init__(self) -> None:
+        beta = self.beta
+        if not (isinstance(beta, int | float) and 0 < beta <= 1 and math.isfinite(beta)):
+            raise InvalidInput("beta", f"must be in (0, 1], got {beta!r}")
+
+
 class CopyPolicy(Protocol):
     name: str
+    options: CopyOptions
     copies: bool  # whether it ever gives a task copies ("none" does not: its LMs keep no book)
 
     def chosen(self, candidates: int) -> int:
@@ -104,17 +120,15 @@ class CopyPolicy(Protocol):
         """The candidates in the order they get copies, the favoured one first."""
 
 
-COPY_POLICIES: Registry[type[CopyPolicy]] = Registry("policies.redundancy.policy",
-                                                     argument="redundancy")
+COPY_POLICIES: Registry[type[CopyPolicy]] = Registry(
+    "policies.redundancy.policy", options=CopyOptions, argument="redundancy")
 
 
 class _Policy:
     copies = True
 
-    def __init__(self, beta: float = 0.5) -> None:
-        if not (isinstance(beta, int | float) and 0 < beta <= 1 and math.isfinite(beta)):
-            raise InvalidInput("beta", f"must be in (0, 1], got {beta!r}")
-        self.beta = beta
+    def __init__(self, options: CopyOptions = CopyOptions()) -> None:
+        self.options = options
 
     def chosen(self, candidates: int) -> int:
         return candidates
@@ -146,7 +160,7 @@ class FairCopies(_Policy):
 @COPY_POLICIES.register("laps+r")
 class LapsCopies(FairCopies):
     def chosen(self, candidates: int) -> int:
-        return max(1, math.ceil(self.beta * candidates)) if candidates else 0
+        return max(1, math.ceil(self.options.beta * candidates)) if candidates else 0
 
 
 def makes_copies(policy: str) -> bool:

@@ -212,6 +212,7 @@ class JsqMaxWeight:
     settings = ("single", "placement")
 
     def __init__(self, online: bool = False, options: PackingOptions = DEFAULT_OPTIONS) -> None:
+        self.options = options  # none of them reads it: JSQ-MaxWeight has no parameter
         self.local: dict[int, deque[TaskKey]] = {}
         self.remote: deque[TaskKey] = deque()
         self.factor = 1.0

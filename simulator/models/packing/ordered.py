@@ -267,6 +267,7 @@ class LPMigrate:
 
     def __init__(self, online: bool = False, options: PackingOptions = DEFAULT_OPTIONS) -> None:
         self.online = online
+        self.options = options
         self.lp = LPOrder(online, options, migration=True)
         self.table: TaskTable | None = None
         self.unfinished: SortedList = SortedList()

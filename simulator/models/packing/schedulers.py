@@ -59,6 +59,7 @@ class PackingPolicy(Protocol):
     """Which tasks run where, decided when something changes."""
 
     name: str
+    options: PackingOptions
     preemptive: bool
     migration: bool
     settings: tuple[str, ...]
@@ -76,7 +77,8 @@ class PackingPolicy(Protocol):
 # `megha experiment packing` chooses among them; the GM's side of the family is its `wspt`
 # job policy and per-task placement sets
 PACKING_POLICIES: Registry[type[PackingPolicy]] = Registry("packing experiment",
-                                                           argument="algorithm")
+                                                           argument="algorithm",
+                                                           options=PackingOptions)
 
 
 class TaskTable:
