@@ -134,6 +134,7 @@ from common.constraint_model import MACHINE_CONSTRAINT_PERCENT, machine_constrai
 from common.errors import InvalidInput
 from common.gm_config import GMConfig
 from common.models import DEFAULT_NUM_CONSTRAINTS, NodeSpec
+from common.policies.copies import COPY_POLICIES, CopyOptions, reprioritizes
 from common.policies.fairness import (
     FAIRNESS_POLICIES,
     OPTION_CHOICES,
@@ -152,7 +153,6 @@ from common.policies.job import (
 )
 from common.policies.local_queue import LOCAL_QUEUE_POLICIES, LocalQueueOptions
 from common.policies.placement import PLACEMENT_POLICIES
-from common.policies.redundancy.copies import COPY_POLICIES, CopyOptions, reprioritizes
 from common.policies.registry import Registry
 from common.resources import Resources
 from common.speed import SpeedModel

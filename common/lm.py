@@ -60,13 +60,13 @@ from common.lm_snapshots import SnapshotMaker
 from common.lm_verdicts import Judge
 from common.lm_workers import WorkerWatch
 from common.messages import LaunchResult, Placement, RequestKind, TaskEvent
-from common.policies.redundancy.copies import makes_copies, reprioritizes
+from common.policies.copies import makes_copies, reprioritizes
 from common.reasons import Reason
 from common.step import Step
 from common.story import TransitionLog
 
 if TYPE_CHECKING:
-    from common.policies.redundancy.copies import CopyOptions
+    from common.policies.copies import CopyOptions
 
 # ends the LM itself decides on: its worker must be told to stop the attempt
 _STOPPED_BY_LM = frozenset({Reason.PREEMPTED, Reason.CANCELLED})

@@ -8,7 +8,7 @@ keeps:
   follows the LM state's journal (every node the LM changes is in it), so keeping the set
   costs what changed, not a scan;
 - the *candidates*: originals that run, in the orders the copy policies read
-  (common/policies/redundancy/copies.py);
+  (common/policies/copies.py);
 - the *groups*: each original with copies, its copies in launch order, the best progress its
   attempts reported, and how many checkpoints it went through.
 
@@ -39,13 +39,13 @@ from common.commands import CheckpointOnWorker, Log, RestoreOnWorker, StartOnWor
 from common.errors import InvalidInput, InvariantViolated
 from common.lm_attempts import AttemptState, RunningAttempt
 from common.messages import Placement
-from common.policies.redundancy.copies import COPY_POLICIES, Candidates, wanted_copies
+from common.policies.copies import COPY_POLICIES, Candidates, wanted_copies
 from common.reasons import Reason
 from common.step import Step
 
 if TYPE_CHECKING:
     from common.lm_queues import NodeQueueBook
-    from common.policies.redundancy.copies import CopyOptions
+    from common.policies.copies import CopyOptions
 
 CANCELLED_MEMORY = 10_000  # cancelled copies remembered, for the reports still on their way
 _PROGRESS_EPSILON = 1e-9  # work-seconds: a report this close to the best is not ahead of it

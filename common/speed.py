@@ -2,7 +2,7 @@
 
 A machine's *rate* is the work it does per unit of time (1 is nominal). Both models have a
 long-run mean rate of 1, so variability slows nothing on average; what it costs is the spread,
-which redundant copies can hedge (common/policies/redundancy/). Rates are piecewise constant over
+which redundant copies can hedge (common/policies/copies.py). Rates are piecewise constant over
 slots of one time unit, as the SRPT+R paper's simulations (its section 6) make decisions at the
 start of each slot.
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from common.errors import InvalidInput
 from common.federation import Federation, Variability
+from common.policies.copies import COPY_POLICIES
 from common.policies.job import JOB_POLICIES
 from common.policies.placement import PLACEMENT_POLICIES
-from common.policies.redundancy.copies import COPY_POLICIES
 from loadgen.sources import add_workload_arguments
 from simulator.baselines import DEFAULT_PROBE_RATIO
 from simulator.engine import DelayModel

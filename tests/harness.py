@@ -18,8 +18,8 @@ from common.events import TaskRunEnded, Tick, WorkerHeartbeat
 from common.gm import GlobalMaster, GMConfig
 from common.lm import LocalMaster
 from common.models import NodeSpec
+from common.policies.copies import reprioritizes
 from common.policies.fairness import UserQueue
-from common.policies.redundancy.copies import reprioritizes
 from common.reasons import Reason
 from common.resources import Resources
 from common.routing import ROUTES, StimulusIds

@@ -41,7 +41,7 @@ from rich.table import Table
 
 from common.errors import InvalidInput
 from common.federation import Federation
-from common.policies.redundancy.copies import COPY_POLICIES
+from common.policies.copies import COPY_POLICIES
 from common.speed import SpeedModel
 from loadgen.paper_workloads import YH1_SUB
 from loadgen.sources import add_workload_arguments, build_workload

@@ -39,7 +39,7 @@ from typing import Protocol
 import numpy as np
 
 from common.errors import InvalidInput
-from common.policies.redundancy.copies import shares
+from common.policies.copies import shares
 from common.policies.registry import Registry
 
 

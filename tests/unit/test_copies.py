@@ -1,4 +1,4 @@
-"""The copy policies of the federated cluster (common/policies/redundancy/copies.py): how many
+"""The copy policies of the federated cluster (common/policies/copies.py): how many
 extra copies each running task gets on a cluster's idle nodes, against hand-worked spreads and
 the paper's own allocation."""
 
@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.errors import InvalidInput
-from common.policies.redundancy.copies import (
+from common.policies.copies import (
     COPY_POLICIES,
     Candidates,
     CopyOptions,

@@ -18,10 +18,10 @@ from common.federation import (
 from common.gm import GlobalMaster
 from common.lm import LocalMaster
 from common.models import NodeSpec
+from common.policies.copies import CopyOptions
 from common.policies.fairness import UserQueue
 from common.policies.job import JobOptions, SamplingOptions
 from common.policies.local_queue import LocalQueueOptions
-from common.policies.redundancy.copies import CopyOptions
 from common.resources import Resources
 from common.worker import WorkerAgent
 

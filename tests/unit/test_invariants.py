@@ -61,8 +61,8 @@ from common.gm import GMConfig
 from common.lm import LocalMaster
 from common.messages import Placement, RequestKind
 from common.models import JobSpec, NodeSpec, TaskSpec
+from common.policies.copies import makes_copies, reprioritizes
 from common.policies.fairness import UserQueue
-from common.policies.redundancy.copies import makes_copies, reprioritizes
 from common.reasons import Reason
 from common.resources import Resources
 from common.worker import WorkerAgent
