@@ -178,7 +178,8 @@ def _simulate(settings: RunSettings, scheduler: str, federation: Federation,
     tasks = sum(len(job.tasks) for job in jobs)
     print(f"simulating {scheduler} on {where}: {len(jobs)} jobs, {tasks} tasks from "
           f"{workload.name}; {timing}, processing {processing}"
-          f"{', slot mode' if settings.slots else ''}", flush=True)
+          f"{', slot mode' if settings.slots else ''}; {policies_in_force(scheduler, federation)}"
+          f"{queue_assignment(settings.workload, workload.jobs, federation)}", flush=True)
     bar = _Bar()
     started = time.perf_counter()
     try:
@@ -220,6 +221,34 @@ def _simulate(settings: RunSettings, scheduler: str, federation: Federation,
         print(f"  event log {log_path} (megha inspect {log_path})", flush=True)
     return report | {"wall_s": wall, "virtual_s": virtual, "steps": steps,
                      "rejected_jobs": rejected}
+
+
+def policies_in_force(scheduler: str, federation: Federation) -> str:
+    """The GMs' job, fairness and placement policies, for the run's first line (sparrow and
+    random are models of their own: none of them applies)."""
+    if scheduler not in ("megha", "centralized"):
+        return f"{scheduler}'s own policies"
+    policies = federation.policies
+    return (f"job policy {policies.job}, fairness {policies.fairness}, placement "
+            f"{policies.placement}")
+
+
+def queue_assignment(workload: argparse.Namespace, jobs: list, federation: Federation) -> str:
+    """How the workload gave its jobs to the user queues (loadgen's `--users`: by default a
+    queue drawn for each job, every queue of the federation equally; a job file names its
+    own), with the jobs each queue got."""
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job.user] = counts.get(job.user, 0) + 1
+    got = ", ".join(f"{queue} {count}" for queue, count in sorted(counts.items()))
+    if workload.trace is not None and workload.trace.suffix == ".jsonl":
+        how = f"{len(counts)} queues as the job file names them"
+    elif workload.users:
+        listed = [item for item in workload.users.split(",") if item.strip()]
+        how = f"{len(listed)} queues at random, weighted by --users {workload.users}"
+    else:
+        how = f"the federation's {len(federation.queues)} queues at random, equally"
+    return f"; jobs to {how} ({got})"
 
 
 def run(args: argparse.Namespace) -> int:

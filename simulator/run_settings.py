@@ -17,6 +17,7 @@ from pathlib import Path
 from common.errors import InvalidInput
 from common.federation import Federation, Variability
 from common.policies.copies import COPY_POLICIES
+from common.policies.fairness import FAIRNESS_POLICIES
 from common.policies.job import JOB_POLICIES
 from common.policies.placement import PLACEMENT_POLICIES
 from loadgen.sources import add_workload_arguments
@@ -25,8 +26,8 @@ from simulator.engine import DelayModel
 from simulator.processing import parse_processing
 from simulator.timemodel import TimeModel
 
-POLICY_OPTIONS = ("job_policy", "placement", "pass_tasks", "variability", "queue_depth",
-                  "redundancy")  # `Overrides`' fields: the options that change a federation
+POLICY_OPTIONS = ("job_policy", "placement", "fairness", "pass_tasks", "variability",
+                  "queue_depth", "redundancy")  # `Overrides`' fields: what changes a federation
 PROCESSING_HELP = ("each service a single server taking time on every event: 'model', the "
                    "calibrated cost of what its core did (repeatable; docs/processing.md; "
                    "model:0.1, those costs times 0.1), or 'measured', its core's CPU time (not "
@@ -66,6 +67,12 @@ def add_policy_arguments(group: argparse._ArgumentGroup,
             "choices": PLACEMENT_POLICIES.names(),
             "help": "megha and centralized: which fitting node a task gets (default: the "
                     "federation file's; first_fit for --nodes)"}),
+        "fairness": ("--fairness", {
+            "choices": FAIRNESS_POLICIES.names(),
+            "help": "megha and centralized: whether and how the GMs preempt for their user "
+                    "queues' shares (none: never; default: the federation file's "
+                    "[policies] fairness; fair_share for --nodes). The file's "
+                    "[policies.fairness_options] still apply"}),
         "pass_tasks": ("--pass-tasks", {
             "type": int, "metavar": "N",
             "help": "megha and centralized: tasks one GM step places before its pass goes on "
@@ -122,7 +129,8 @@ class Overrides:
     """What a run changes in its federation, where given (None: the file's): its GMs' job
     policy (`--job-policy`) and placement (`--placement`), the tasks a GM step places
     (`--pass-tasks`), its nodes' speed model (`--variability`, with that model's defaults),
-    its local queues' depth (`--queue-depth`) and its LMs' copies (`--redundancy`)."""
+    its local queues' depth (`--queue-depth`), its LMs' copies (`--redundancy`) and its
+    fairness policy (`--fairness`: preemption for the queues' shares, or none)."""
 
     job_policy: str | None = None
     placement: str | None = None
@@ -130,6 +138,7 @@ class Overrides:
     variability: str | None = None
     queue_depth: int | None = None
     redundancy: str | None = None
+    fairness: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Overrides:
@@ -148,6 +157,9 @@ class Overrides:
                               ("--queue-depth", self.queue_depth)):
             if value is not None and value < 0:
                 raise InvalidInput(option, f"must be >= 0, got {value}")
+        if self.fairness is not None and self.fairness not in FAIRNESS_POLICIES.names():
+            raise InvalidInput("--fairness", f"{self.fairness!r} is not a fairness policy "
+                                             f"(known: {', '.join(FAIRNESS_POLICIES.names())})")
 
     def apply(self, federation: Federation) -> Federation:
         """`federation` with these changes."""
@@ -157,6 +169,8 @@ class Overrides:
             policies = policies.model_copy(update={"job": self.job_policy})
         if self.placement is not None:
             policies = policies.model_copy(update={"placement": self.placement})
+        if self.fairness is not None:  # its options table ([policies.fairness_options]) stays
+            policies = policies.model_copy(update={"fairness": self.fairness})
         if self.pass_tasks is not None:
             federation = dataclasses.replace(federation, limits=federation.limits.model_copy(
                 update={"gm_pass_tasks": self.pass_tasks}))

@@ -23,6 +23,11 @@ One policy orders by job weight (`jobs/weighted.py`):
   remaining work first, the work known from the tasks' stated durations as the oracle knows
   it; no levels, and the key follows the remaining work as tasks finish.
 
+One policy is the published Megha simulator's order, not the paper's (`jobs/fewest.py`):
+
+- `fewest-tasks`: the job with the fewest unfinished tasks first, ties by arrival; no levels,
+  and the key follows the count as tasks finish.
+
 `JOB_POLICIES.make(name, options)` passes a policy the family's options, a `JobOptions`: one
 part per table of the federation file (`[policies.queues]`, `[policies.slearn]`,
 `[policies.history]`, `[policies.lp]`), of which each policy reads those it uses (`fifo` none).

@@ -136,8 +136,8 @@ class PackingCluster:
         add_node_option(group)
         model = parser.add_argument_group("the model")
         add_timing_arguments(model, processing="none")
-        add_policy_arguments(model, ("pass_tasks", "variability", "queue_depth",
-                                              "redundancy"))
+        add_policy_arguments(model, ("fairness", "pass_tasks", "variability", "queue_depth",
+                                     "redundancy"))
         add_check_argument(model)
 
     def options(self, args: argparse.Namespace) -> PackingClusterOptions:

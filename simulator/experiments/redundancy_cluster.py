@@ -148,6 +148,7 @@ class Copies:
     max_copies: int
     job_policy: str | None
     queue_depth: int | None
+    fairness: str | None = None  # --fairness (None: the generated cluster's)
 
     @property
     def speed_model(self) -> SpeedModel:
@@ -197,7 +198,7 @@ class RedundancyCluster:
         add_shape_options(group, CLUSTER_DEFAULTS)
         model = parser.add_argument_group("the model")
         add_timing_arguments(model, processing="none")
-        add_policy_arguments(model, ("job_policy", "queue_depth"))
+        add_policy_arguments(model, ("job_policy", "fairness", "queue_depth"))
         add_check_argument(model)
         add_workload_arguments(parser, config=False,  # it generates its clusters
                                trace_default="the bundled YH1_sub.tr")
@@ -220,7 +221,7 @@ class RedundancyCluster:
             raise InvalidInput("--beta", f"must be in (0, 1], got {args.beta}")
         cluster = Cluster(**{key: vars(args)[key] for key in CLUSTER_DEFAULTS})
         copies = Copies(args.speed, args.beta, args.max_copies, args.job_policy,
-                        args.queue_depth)
+                        args.queue_depth, args.fairness)
         settings = _settings(args)
         seeds = tuple(range(args.seed, args.seed + args.seeds))
         pace = _pace(settings.workload, _federation(copies, cluster, BASELINE, seeds[0]),
@@ -289,7 +290,8 @@ def _federation(copies: Copies, cluster: Cluster, policy: str, seed: int) -> Fed
         nodes_per_worker=cluster.nodes_per_worker, heartbeat_interval=cluster.heartbeat,
         seed=seed)
     federation = Overrides(
-        job_policy=copies.job_policy, queue_depth=copies.queue_depth, redundancy=policy,
+        job_policy=copies.job_policy, fairness=copies.fairness,
+        queue_depth=copies.queue_depth, redundancy=policy,
         variability=VARIABILITY[copies.speed]).apply(federation)
     policies = federation.policies
     redundancy = policies.redundancy.model_copy(update={"beta": copies.beta,

@@ -82,6 +82,7 @@ class Cluster:
     heartbeat: float
     nodes_per_worker: int
     variability: str | None
+    fairness: str | None = None  # --fairness (None: the generated cluster's)
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class Slearn:
                                   "nodes_per_worker": NODES_PER_WORKER})
         model = parser.add_argument_group("the model")
         add_timing_arguments(model, processing="none")
-        add_policy_arguments(model, ("variability",))
+        add_policy_arguments(model, ("fairness", "variability"))
         add_check_argument(model)
         add_workload_arguments(parser, config=False)  # it generates its cluster
 
@@ -114,7 +115,7 @@ class Slearn:
         centralized = args.scheduler == "centralized"
         cluster = Cluster(args.nodes, 1 if centralized else args.gms,
                           1 if centralized else args.lms, args.heartbeat, args.nodes_per_worker,
-                          args.variability)
+                          args.variability, args.fairness)
         settings = RunSettings(
             workload_options(args), Timing(args.delay, args.calibration),
             processing=args.processing, slots=True, check=not args.no_check)
@@ -191,7 +192,8 @@ def simulate_predictor(settings: RunSettings, scheduler: str, cluster: Cluster,
         cluster.nodes, cluster.gms, cluster.lms, slots=True,
         nodes_per_worker=cluster.nodes_per_worker, heartbeat_interval=cluster.heartbeat,
         policies={"job": predictor}, seed=settings.seed)
-    federation = Overrides(variability=cluster.variability).apply(federation)
+    federation = Overrides(variability=cluster.variability,
+                           fairness=cluster.fairness).apply(federation)
     where = (f"{cluster.nodes} slots, {cluster.gms} GMs, {cluster.lms} LMs, job policy "
              f"{predictor}")
     return simulate.simulate_once(settings, scheduler, federation, where, log, predictor)

@@ -36,6 +36,7 @@ OWNERS = {
     "--weights": {"packing", "packing-cluster"},
     "--sizes": {"fairness"},
     "--config": set(),  # every experiment generates its clusters
+    "--fairness": SIMULATED - {"fairness"},  # which the fairness study sweeps itself
     "--probe-ratio": SWEEPS,
     "--slots": SWEEPS,
     "--scheduler": {"cluster-size", "gms-lms", "heartbeat", "slearn"},

@@ -5,4 +5,4 @@ whose registry imports it when first asked for a policy: every module here that 
 is imported below (`tests/unit/test_policy_registries.py` checks that none is missing).
 """
 
-from common.policies.jobs import lp_order, predictors, weighted  # noqa: F401
+from common.policies.jobs import fewest, lp_order, predictors, weighted  # noqa: F401
