@@ -3,8 +3,10 @@ LMs) generated into the same `Federation` the services build from their file.
 
 A shape gets one user queue per GM (`q1` on gm-1, ...) with equal shares, LMs of equal size
 (the remainder spread over the first ones), worker agents of `nodes_per_worker` nodes and
-machine-constraint profile A (common/federation.py). In slot mode every node has exactly
-one `SLOT` of capacity and every task asks for one, as in the Sparrow and Megha simulators.
+machine-constraint profile A (common/federation.py), or another `profile`: "random" draws A,
+B or C per LM from the seed, as the Megha paper draws a profile per cluster. In slot mode every
+node has exactly one `SLOT` of capacity and every task asks for one, as in the Sparrow and
+Megha simulators.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def shaped_federation(nodes: int, gms: int, lms: int, **options) -> Federation:
 def shaped_federation_text(nodes: int, gms: int, lms: int, *, slots: bool = False,
                            node: tuple[int, int] = PAPER_NODE, nodes_per_worker: int = 100,
                            heartbeat_interval: float = 1.0, policies: dict | None = None,
-                           seed: int = 0) -> str:
+                           seed: int = 0, profile: str = "A") -> str:
     """A shape as a federation file's text: what the services read (`megha twin` runs them
     on one)."""
     for name, value, least in (("--nodes", nodes, 1), ("--gms", gms, 1), ("--lms", lms, 1),
@@ -54,7 +56,7 @@ def shaped_federation_text(nodes: int, gms: int, lms: int, *, slots: bool = Fals
         workers = max(1, math.ceil(count / nodes_per_worker))
         lines += ["", "[[lms]]", f'id = "lm-{number}"',
                   f"nodes = {{ count = {count}, cpu_m = {cpu_m}, mem_mib = {mem_mib}, "
-                  f'workers = {workers}, profile = "A" }}']
+                  f"workers = {workers}, profile = {_toml(profile)} }}"]
     return "\n".join(lines) + "\n"
 
 

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from common.errors import InvalidInput
-from common.federation import Federation
+from common.federation import MACHINE_PROFILES, RANDOM_PROFILE, Federation
 from loadgen.sources import add_workload_arguments, build_workload, load_config
 from simulator.baselines import RandomSimulation, SparrowSimulation
 from simulator.cluster import PAPER_NODE, SLOT, shaped_federation
@@ -59,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--node", default=f"{PAPER_NODE[0]},{PAPER_NODE[1]}", metavar="CPU_M,MEM",
                      help="with --nodes: a node's capacity (default 64 cores, 16 GiB: the "
                           "paper's)")
+    sim.add_argument("--profile", choices=PROFILE_CHOICES, default="A",
+                     help="with --nodes: the nodes' machine-constraint profile (default A; "
+                          "random: A, B or C drawn per LM from --seed, as the Megha paper "
+                          "draws one per cluster)")
     sim.add_argument("--heartbeat", type=float, default=None,
                      help="LM heartbeat interval, s (default: the federation file's; 10 for "
                           "--nodes, the paper's)")
@@ -96,9 +100,15 @@ def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
     gms, lms = (1, 1) if centralized else (args.gms, args.lms)
     federation = shaped_federation(
         args.nodes, gms, lms, slots=args.slots, node=node, nodes_per_worker=args.nodes_per_worker,
-        heartbeat_interval=10.0 if args.heartbeat is None else args.heartbeat, seed=args.seed)
+        heartbeat_interval=10.0 if args.heartbeat is None else args.heartbeat, seed=args.seed,
+        profile=args.profile)
+    profiles = "" if args.profile == "A" else ", profiles " + ", ".join(
+        f"{lm.id} {lm.profile}" for lm in federation.lms)
     return (Overrides.from_args(args).apply(federation),
-            f"{args.nodes} nodes, {gms} GMs, {lms} LMs")
+            f"{args.nodes} nodes, {gms} GMs, {lms} LMs{profiles}")
+
+
+PROFILE_CHOICES = (*sorted(MACHINE_PROFILES), RANDOM_PROFILE)
 
 
 def parse_node(text: str) -> tuple[int, int]:
