@@ -23,6 +23,7 @@ Shape of the file (every key is optional unless marked required)::
     worker_launch_pace = 0.02      # busy senders' requests at least this far apart: LM -> worker,
     report_pace = 0.1              # ... worker -> LM,
     task_event_pace = 0.05         # ... and LM -> GMs (task events through RabbitMQ)
+    report_ends = false            # an LM publishes its state after each step ending a task
 
     [limits]                       # the bounds of the queues between components
     gm_backlog_tasks = 5000        # a GM answers 429 to new jobs while this many tasks wait
@@ -311,6 +312,11 @@ class Timing(_Table):
     worker_launch_pace: Seconds = 0.02  # LM -> a worker agent: adds up to this to allocation
     report_pace: Seconds = 0.1  # worker -> its LM: starts carry the worker's clock, not delayed
     task_event_pace: Seconds = 0.05  # LM -> each GM through RabbitMQ: GMs hear this much later
+    # An LM publishes its state after every step that ended a task, as the published Megha
+    # simulator's LM reports each end at once: GMs place on the room an end frees without
+    # waiting for the next heartbeat, for one snapshot per step that ended something. The
+    # paper's LM (and the default) tells GMs of freed room with its heartbeats.
+    report_ends: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> Timing:
@@ -791,11 +797,12 @@ class Federation:
                 "speed": self.variability.speed_model(), "speed_seed": self.seed}
 
     def lm_options(self) -> dict[str, Any]:
-        """How every LM is set up (`LocalMaster`'s keywords): its nodes' queue depth and
-        its redundant copies."""
+        """How every LM is set up (`LocalMaster`'s keywords): its nodes' queue depth, its
+        redundant copies, and whether it reports each end at once."""
         copies = self.policies.redundancy
         return {"queue_depth": self.policies.local_queues.depth, "redundancy": copies.policy,
-                "copy_options": copies.resolve(), "max_copies": copies.max_copies}
+                "copy_options": copies.resolve(), "max_copies": copies.max_copies,
+                "report_ends": self.timing.report_ends}
 
     def queue_gm(self, user: str) -> str:
         """The GM that serves `user`'s queue: where that user's jobs are submitted."""

@@ -77,14 +77,11 @@ _END_LINES = {why: f"task_{why}" for why in Reason}
 
 
 class LocalMaster:
-    """One LM. Drive it with `handle(event, now)`; carry out the commands it returns.
-
-    Its keywords set up its books (see the module's docstring): `worker_timeout` (the
-    testbed's is three heartbeat intervals), `dispatch_timeout` and `recovering` (a restarted
-    LM) its `WorkerWatch`; `queue_depth` its `NodeQueueBook`; `redundancy`, `copy_options`
-    (the policy's, None: its defaults) and `max_copies` its `CopyBook`; `heartbeat_keepalive`
-    its `SnapshotMaker`.
-    """
+    """One LM. Drive it with `handle(event, now)`; carry out the commands it returns. Its
+    keywords set up its books (the module's docstring): `worker_timeout` (the testbed's is
+    three heartbeat intervals), `dispatch_timeout` and `recovering` (a restarted LM) its
+    `WorkerWatch`; `queue_depth` its `NodeQueueBook`; `redundancy`, `copy_options` (None: the
+    policy's defaults) and `max_copies` its `CopyBook`; the heartbeat's its `SnapshotMaker`."""
 
     def __init__(
         self,
@@ -94,6 +91,7 @@ class LocalMaster:
         epoch: int = 0,
         heartbeat_interval: float = 1.0,
         heartbeat_keepalive: float | None = None,
+        report_ends: bool = False,
         worker_timeout: float = 3.0,
         dispatch_timeout: float | None = None,
         recovering: bool = False,
@@ -108,8 +106,6 @@ class LocalMaster:
         self.topology = topology
         self.state = JournaledState(topology)
         self.epoch = epoch
-        self.heartbeat_interval = heartbeat_interval
-        self.next_heartbeat_at = now
         self.log = TransitionLog(story_len)
         if queue_depth < 0:
             raise InvalidInput("queue_depth", f"must be >= 0, got {queue_depth}")
@@ -127,7 +123,7 @@ class LocalMaster:
             topology, self.state, now, worker_timeout,
             4 * worker_timeout if dispatch_timeout is None else dispatch_timeout, recovering)
         self._snapshots = SnapshotMaker(topology, self.state, self._attempts, epoch,
-                                        heartbeat_keepalive)
+                                        heartbeat_interval, now, heartbeat_keepalive, report_ends)
         # task events cannot leave (the driver's outbox is full): refuse new work meanwhile
         self.backlogged = False
         self._handlers: dict[type, Callable[..., None]] = {
@@ -153,6 +149,8 @@ class LocalMaster:
         self._handlers[type(event)](event, step)
         if self._copies is not None:
             self._copies.rebalance(step, self._queues, self.accepting)
+        if self._snapshots.ends_unreported:
+            self._publish_heartbeat(step)
         return step.commands
 
     @property
@@ -171,9 +169,12 @@ class LocalMaster:
 
     def _refusal(self) -> Reason | None:
         """Why it takes no new work now, if it does not."""
-        if self._workers.recovering:
-            return Reason.LM_RECOVERING
-        return Reason.LM_BACKLOGGED if self.backlogged else None
+        return (Reason.LM_RECOVERING if self._workers.recovering
+                else Reason.LM_BACKLOGGED if self.backlogged else None)
+
+    def beat_now(self) -> None:
+        """Its next Tick publishes a heartbeat, however recent the last (a driver settling)."""
+        self._snapshots.next_beat_at = float("-inf")
 
     @property
     def copies(self) -> CopyBook | None:
@@ -384,7 +385,7 @@ class LocalMaster:
         else:
             demand = attempt.placement.task.demand
             self.state.give(attempt.node_index, demand.cpu_m, demand.mem_mib)
-        self._snapshots.changed()
+        self._snapshots.changed(ended=True)
         worker = self.topology.workers[attempt.node_index]
         if why in _STOPPED_BY_LM or stop:
             step.emit(StopOnWorker(worker, attempt_id, why if why in _STOPPED_BY_LM
@@ -472,15 +473,14 @@ class LocalMaster:
         for worker in self._workers.silent(now):
             self._mark_worker_down(step, worker)
         self._maybe_end_recovery(step)
-        if now >= self.next_heartbeat_at:
-            # on the interval's own beat, not a tick late each time; after a stall, anew
-            self.next_heartbeat_at += self.heartbeat_interval
-            if self.next_heartbeat_at <= now:
-                self.next_heartbeat_at = now + self.heartbeat_interval
-            heartbeat = self._snapshots.heartbeat(now, self._queues, self.backlogged,
-                                                  self.accepting)
-            if heartbeat is not None:
-                step.emit(PublishHeartbeat(heartbeat))
+        if self._snapshots.beat_due(now):
+            self._publish_heartbeat(step)
+
+    def _publish_heartbeat(self, step: Step) -> None:
+        heartbeat = self._snapshots.heartbeat(step.now, self._queues, self.backlogged,
+                                              self.accepting)
+        if heartbeat is not None:
+            step.emit(PublishHeartbeat(heartbeat))
 
     def _on_task_event_backlog(self, event: TaskEventBacklog, step: Step) -> None:
         """While its task events cannot leave, an LM takes no new work (each start and end

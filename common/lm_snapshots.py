@@ -7,6 +7,11 @@ A snapshot shows the truth as GMs should plan on it, which is not always the tru
 - a backlogged LM (its task events cannot leave) shows every node down, so that GMs stop
   asking; one that takes no work (backlogged or recovering) shows no queue room.
 
+With `report_ends`, an LM also publishes its full snapshot after every step that ended an
+attempt, as the published Megha simulator's LM reports each task's end to the GMs at once
+(`[timing] report_ends`); otherwise a GM learns of the room an end freed at the next
+heartbeat.
+
 Each snapshot has the next `seq`. The full one (a heartbeat's, with the running list) is made
 again only when something it shows changed (the LM says so: `changed`) or a reply took a
 `seq` since, so an idle LM's heartbeats cost nothing; with a `keepalive`, a heartbeat that
@@ -32,20 +37,38 @@ class SnapshotMaker:
     `backlogged` and `accepting` whether it is backlogged, and takes work, now."""
 
     def __init__(self, topology: ClusterTopology, state: JournaledState,
-                 attempts: LMAttemptBook, epoch: int, keepalive: float | None = None) -> None:
+                 attempts: LMAttemptBook, epoch: int, interval: float, now: float,
+                 keepalive: float | None = None, report_ends: bool = False) -> None:
         self.topology = topology
         self.state = state
         self.attempts = attempts
         self.epoch = epoch
+        self.interval = interval  # between heartbeats
+        self.next_beat_at = now
         self.keepalive = keepalive
         self.seq = 0
         self._full: LMSnapshot | None = None
         self._none_up = frozenbitarray(len(topology))
         self._last_heartbeat: tuple[LMSnapshot, float] | None = None  # published, and when
+        self.report_ends = report_ends
+        self.ends_unreported = False  # with report_ends: an attempt ended in this step
 
-    def changed(self) -> None:
-        """Something a snapshot shows changed: the next full one is made anew."""
+    def beat_due(self, now: float) -> bool:
+        """Whether a heartbeat is due now: on the interval's own beat, not a tick late each
+        time; after a stall, anew."""
+        if now < self.next_beat_at:
+            return False
+        self.next_beat_at += self.interval
+        if self.next_beat_at <= now:
+            self.next_beat_at = now + self.interval
+        return True
+
+    def changed(self, *, ended: bool = False) -> None:
+        """Something a snapshot shows changed: the next full one is made anew. `ended`: an
+        attempt ended, which `report_ends` publishes at the end of the step."""
         self._full = None
+        if ended and self.report_ends:
+            self.ends_unreported = True
 
     def reply(self, queues: NodeQueueBook | None, backlogged: bool,
               accepting: bool) -> LMSnapshot:
@@ -81,6 +104,7 @@ class SnapshotMaker:
                   accepting: bool) -> LMSnapshot | None:
         """The full snapshot a heartbeat due now publishes; None: it would repeat the last
         one within `keepalive`."""
+        self.ends_unreported = False
         snapshot = self.full(queues, backlogged, accepting)  # the same object while unchanged
         last = self._last_heartbeat
         if (last is None or snapshot is not last[0] or self.keepalive is None

@@ -239,8 +239,9 @@ def policies_in_force(scheduler: str, federation: Federation) -> str:
     if scheduler not in ("megha", "centralized"):
         return f"{scheduler}'s own policies"
     policies = federation.policies
+    ends = ", LMs report each end at once" if federation.timing.report_ends else ""
     return (f"job policy {policies.job}, fairness {policies.fairness}, placement "
-            f"{policies.placement}")
+            f"{policies.placement}{ends}")
 
 
 def queue_assignment(workload: argparse.Namespace, jobs: list, federation: Federation) -> str:
@@ -251,11 +252,16 @@ def queue_assignment(workload: argparse.Namespace, jobs: list, federation: Feder
     for job in jobs:
         counts[job.user] = counts.get(job.user, 0) + 1
     got = ", ".join(f"{queue} {count}" for queue, count in sorted(counts.items()))
+    def queues(count: int) -> str:
+        return "1 queue" if count == 1 else f"{count} queues"
+
     if workload.trace is not None and workload.trace.suffix == ".jsonl":
-        how = f"{len(counts)} queues as the job file names them"
+        how = f"{queues(len(counts))} as the job file names them"
     elif workload.users:
         listed = [item for item in workload.users.split(",") if item.strip()]
-        how = f"{len(listed)} queues at random, weighted by --users {workload.users}"
+        how = f"{queues(len(listed))} at random, weighted by --users {workload.users}"
+    elif len(federation.queues) == 1:
+        how = "the federation's one queue"
     else:
         how = f"the federation's {len(federation.queues)} queues at random, equally"
     return f"; jobs to {how} ({got})"

@@ -442,7 +442,7 @@ class FederatedSimulation:
     def _settle(self) -> None:
         """One heartbeat from every LM, delivered: 'within one heartbeat interval'."""
         for lm in self.lms.values():
-            lm.core.next_heartbeat_at = self.engine.now
+            lm.core.beat_now()
             self._handle(lm, Tick(self.ids.new("tick")))
         self.engine.stopped = False
         self.engine.run()

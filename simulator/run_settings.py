@@ -27,7 +27,10 @@ from simulator.processing import parse_processing
 from simulator.timemodel import TimeModel
 
 POLICY_OPTIONS = ("job_policy", "placement", "fairness", "pass_tasks", "variability",
-                  "queue_depth", "redundancy")  # `Overrides`' fields: what changes a federation
+                  "queue_depth", "redundancy", "report_ends")  # `Overrides`' fields
+# what the published Megha simulator runs, beside its slot model (`--slots`): its GMs' order,
+# no preemption for fairness, and LMs that report each task's end at once
+PUBLISHED_SIMULATOR = {"job_policy": "fewest-tasks", "fairness": "none", "report_ends": True}
 PROCESSING_HELP = ("each service a single server taking time on every event: 'model', the "
                    "calibrated cost of what its core did (repeatable; docs/processing.md; "
                    "model:0.1, those costs times 0.1), or 'measured', its core's CPU time (not "
@@ -92,11 +95,24 @@ def add_policy_arguments(group: argparse._ArgumentGroup,
             "help": "megha and centralized: redundant copies of running tasks on each LM's "
                     "idle nodes, the first to finish winning (default: the federation file's "
                     "[policies.redundancy] policy; none for --nodes)"}),
+        "report_ends": ("--report-ends", {
+            "action": "store_true",
+            "help": "megha and centralized: each LM publishes its state after every step that "
+                    "ended a task, as the published Megha simulator's LM reports each end at "
+                    "once (default: the federation file's [timing] report_ends; off for "
+                    "--nodes: GMs learn of freed room from heartbeats, as the paper's)"}),
     }
     for name in POLICY_OPTIONS:
         if name in names:
             flag, spec = arguments[name]
             group.add_argument(flag, default=None, **spec)
+    if set(PUBLISHED_SIMULATOR) <= set(names):
+        group.add_argument(
+            "--published-simulator", action="store_true",
+            help="what the published Megha simulator runs: " + ", ".join(
+                f"--{name.replace('_', '-')}" + ("" if value is True else f" {value}")
+                for name, value in PUBLISHED_SIMULATOR.items())
+            + " (an option given explicitly wins); add --slots for its slot model")
 
 
 def add_probe_ratio_argument(group: argparse._ArgumentGroup) -> None:
@@ -129,8 +145,9 @@ class Overrides:
     """What a run changes in its federation, where given (None: the file's): its GMs' job
     policy (`--job-policy`) and placement (`--placement`), the tasks a GM step places
     (`--pass-tasks`), its nodes' speed model (`--variability`, with that model's defaults),
-    its local queues' depth (`--queue-depth`), its LMs' copies (`--redundancy`) and its
-    fairness policy (`--fairness`: preemption for the queues' shares, or none)."""
+    its local queues' depth (`--queue-depth`), its LMs' copies (`--redundancy`), its
+    fairness policy (`--fairness`: preemption for the queues' shares, or none) and whether
+    its LMs report each end at once (`--report-ends`)."""
 
     job_policy: str | None = None
     placement: str | None = None
@@ -139,12 +156,18 @@ class Overrides:
     queue_depth: int | None = None
     redundancy: str | None = None
     fairness: str | None = None
+    report_ends: bool | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Overrides:
-        """The fields `args` has options for (a command may offer only some)."""
+        """The fields `args` has options for (a command may offer only some), with the
+        published simulator's where `--published-simulator` asks and no option was given."""
         given = vars(args)
-        return cls(**{name: given[name] for name in POLICY_OPTIONS if name in given})
+        fields = {name: given[name] for name in POLICY_OPTIONS if name in given}
+        if given.get("published_simulator"):
+            fields = {name: PUBLISHED_SIMULATOR.get(name) if value is None else value
+                      for name, value in fields.items()}
+        return cls(**fields)
 
     def describe(self) -> str:
         """The changes, in words ("" for none)."""
@@ -187,6 +210,9 @@ class Overrides:
         if self.variability is not None:
             federation = dataclasses.replace(federation,
                                              variability=Variability(model=self.variability))
+        if self.report_ends is not None:
+            federation = dataclasses.replace(federation, timing=federation.timing.model_copy(
+                update={"report_ends": self.report_ends}))
         return federation
 
 

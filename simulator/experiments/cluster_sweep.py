@@ -13,6 +13,12 @@ taking the calibrated cost of its work, simulator/processing.py), as the paper's
 7 need a busy GM and LM to show. Where no workload is given, each figure runs on the paper's
 workload for it as our stand-in (`workload`, `--like`, docs/workloads.md), the others on the
 bundled YH1_sub trace in slot mode (the trace has no requests: Sparrow's slot model).
+
+`--seeds N` (default 1: one run per value, named after it) runs each value N times, with the
+seeds `--seed`, `--seed` + 1, ... (the workload's and the cluster's), as independent runs named
+`VALUE/seed-S`; results.json keeps every run, and its `figures` add `seeds`: per value, the
+mean over the seeds of the runs' mean JCT and allocation p50 and p99, each with its 95%
+confidence interval (Student's t), in a table of mean ± half-width.
 """
 
 from __future__ import annotations
@@ -31,9 +37,13 @@ from simulator.cluster import shaped_federation
 from simulator.experiments.common import (
     NODES_PER_WORKER,
     add_node_option,
+    add_seeds_option,
     add_shape_options,
     add_values_option,
     at_least,
+    mean_interval,
+    plus_minus,
+    seeds_of,
     simulated_run_line,
 )
 from simulator.experiments.results import Report, inspection_page, results_document
@@ -74,6 +84,15 @@ class SweepOptions:
     base: dict  # the base shape: `BASE`'s keys
     shapes: tuple[tuple[str, dict], ...]  # (run name, its shape), in the runs' order
     shared: SharedSettings
+    seeds: tuple[int, ...] = ()  # with more than one, each shape runs once per seed
+
+    def named_runs(self) -> list[tuple[str, dict, int | None]]:
+        """(run name, shape, seed: None for --seed's own, one run per value), in the runs'
+        order: each value's seeds one after the other."""
+        if len(self.seeds) <= 1:
+            return [(name, shape, None) for name, shape in self.shapes]
+        return [(f"{name}/seed-{seed}", shape, seed) for name, shape in self.shapes
+                for seed in self.seeds]
 
 
 @dataclass(frozen=True)
@@ -107,6 +126,7 @@ class ClusterSweep:
                            help="slot mode: every node one slot, every task one slot (Sparrow's "
                                 "and the published Megha simulator's model; the default with "
                                 "the bundled trace)")
+        add_seeds_option(group)
         model = parser.add_argument_group("the model")
         add_timing_arguments(model, processing="model")
         add_policy_arguments(model)
@@ -130,7 +150,7 @@ class ClusterSweep:
         shared = SharedSettings(simulate.parse_node(args.node), args.nodes_per_worker,
                                 Overrides.from_args(args), settings)
         shared.overrides.check()
-        return SweepOptions(values, base, shapes, shared)
+        return SweepOptions(values, base, shapes, shared, seeds_of(args))
 
     def _settings(self, args: argparse.Namespace) -> RunSettings:
         """The runs' settings: the workload of the options, or the experiment's own."""
@@ -156,25 +176,100 @@ class ClusterSweep:
         shape = ", ".join(label.format(base[key]) for key, label in labels.items()
                           if key not in self.sets)
         settings = options.shared.settings
-        return (f"{self.swept} {', '.join(options.values)}; {shape}; workload "
+        seeds = (f"; seeds {options.seeds[0]} to {options.seeds[-1]}"
+                 if len(options.seeds) > 1 else "")
+        return (f"{self.swept} {', '.join(options.values)}{seeds}; {shape}; workload "
                 f"{_workload(settings.workload)}{', slot mode' if settings.slots else ''}; "
                 f"policies {options.shared.overrides.describe() or 'as generated'}; "
                 f"{settings.timing.describe()}, processing {settings.processing}")
 
     def runs(self, options: SweepOptions, logs: Path | None) -> list[Run]:
-        return [Run(name, simulate_shape, (options.shared, shape, name),
-                    None if logs is None else logs / f"{name}.log")
-                for name, shape in options.shapes]
+        return [Run(name, simulate_shape, (_seeded(options.shared, seed), shape, name),
+                    None if logs is None else logs / f"{name.replace('/', '-')}.log")
+                for name, shape, seed in options.named_runs()]
 
     def run_line(self, result: dict) -> str:
         return simulated_run_line(result)
 
     def figures(self, options: SweepOptions, results: list[dict]) -> list[Report]:
+        named = options.named_runs()
         runs = [result | {"name": name, "shape": shape}
-                for (name, shape), result in zip(options.shapes, results, strict=True)]
-        figures, tables = self.figures_of(runs) if self.figures_of else (None, ())
+                | ({} if seed is None else {"seed": seed})
+                for (name, shape, seed), result in zip(named, results, strict=True)]
+        if len(options.seeds) <= 1:
+            figures, tables = self.figures_of(runs) if self.figures_of else (None, ())
+        else:
+            figures, tables = self._seeded_figures(options, runs)
         document = results_document(self.name, runs, figures=figures, comparison=True)
         return [Report(document, tables, inspection_page(document))]
+
+    def _seeded_figures(self, options: SweepOptions,
+                        runs: list[dict]) -> tuple[dict, tuple[Table, ...]]:
+        """Over the seeds: each value's intervals (`seeds`), and the experiment's own figures
+        of each seed's runs (under their values' names), `by_seed`."""
+        count = len(options.seeds)
+        by_value = {name: runs[index * count:(index + 1) * count]
+                    for index, (name, _shape) in enumerate(options.shapes)}
+        summary, table = seed_summary(by_value, options.seeds)
+        figures: dict = {"seeds": summary}
+        tables = [table]
+        if self.figures_of:
+            figures["by_seed"] = {}
+            for place, seed in enumerate(options.seeds):
+                own, own_tables = self.figures_of(
+                    [value_runs[place] | {"name": name} for name, value_runs in by_value.items()])
+                figures["by_seed"][str(seed)] = own
+                for own_table in own_tables:
+                    own_table.title = f"{own_table.title or ''} (seed {seed})".strip()
+                    tables.append(own_table)
+        return figures, tuple(tables)
+
+
+# the figures summed up over each value's seeds (in seconds): key -> (the table's label, the
+# path in a run, the scale of the table's unit)
+SEED_FIGURES = {
+    "jct_mean": ("mean JCT (s)", ("jct", "overall", "mean"), 1.0),
+    "allocation_p50": ("allocation p50 (ms)", ("allocation", "overall", "p50"), 1e3),
+    "allocation_p99": ("allocation p99 (ms)", ("allocation", "overall", "p99"), 1e3),
+}
+
+
+def seed_summary(by_value: dict[str, list[dict]],
+                 seeds: tuple[int, ...]) -> tuple[dict, Table]:
+    """Per value, over its seeds' runs: each of `SEED_FIGURES` (in seconds) as its mean and
+    95% confidence interval (`mean_interval`: a run where it is missing, no job ended, is
+    left out of it); results.json's `figures.seeds` and its table of mean ± half-width."""
+    summary: dict = {"seeds": list(seeds), "confidence": 0.95, "by_value": {}}
+    table = Table(title=f"over {len(seeds)} seeds ({seeds[0]} to {seeds[-1]}): mean ± 95% "
+                        f"confidence interval's half-width (Student's t)")
+    table.add_column("value")
+    for label, _path, _scale in SEED_FIGURES.values():
+        table.add_column(label, justify="right")
+    for name, value_runs in by_value.items():
+        figures = {"runs": [run["name"] for run in value_runs]}
+        for key, (_label, path, _scale) in SEED_FIGURES.items():
+            values = [value for value in (_at(run, path) for run in value_runs)
+                      if value is not None]
+            figures[key] = mean_interval(values) | {"values": values}
+        summary["by_value"][name] = figures
+        table.add_row(name, *(plus_minus(figures[key], scale)
+                              for key, (_label, _path, scale) in SEED_FIGURES.items()))
+    return summary, table
+
+
+def _at(report: dict, path: tuple[str, ...]) -> float | None:
+    for key in path:
+        if not isinstance(report, dict) or key not in report:
+            return None
+        report = report[key]
+    return report
+
+
+def _seeded(shared: SharedSettings, seed: int | None) -> SharedSettings:
+    """`shared` with `seed` the workload's and the cluster's (None: as it is)."""
+    if seed is None:
+        return shared
+    return replace(shared, settings=shared.settings.with_workload(seed=seed))
 
 
 def _scheduler_shape(shape: dict) -> dict:

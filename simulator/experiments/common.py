@@ -1,12 +1,14 @@
 """What the experiments share: the options every one takes (where the results go, where the
 runs run), the options of a generated cluster's shape, and the parsers of comma-separated
-lists, so that the same bad input gets the same message from every experiment."""
+lists, so that the same bad input gets the same message from every experiment; and the mean
+over seeds with its confidence interval."""
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable, Iterable
+import statistics
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -62,6 +64,43 @@ def add_values_option(group: argparse._ArgumentGroup, what: str, default: str) -
 def add_seed_option(group: argparse._ArgumentGroup) -> None:
     """--seed, for the experiments without the workload options (which have it)."""
     group.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
+
+
+def add_seeds_option(group: argparse._ArgumentGroup, default: int = 1) -> None:
+    """--seeds: runs per value, with seeds --seed, --seed + 1, ..."""
+    group.add_argument("--seeds", type=int, default=default,
+                       help=f"runs per value, with seeds SEED, SEED+1, ...: the mean over "
+                            f"them with a 95%% confidence interval (default {default})")
+
+
+def seeds_of(args: argparse.Namespace) -> tuple[int, ...]:
+    """The seeds of --seed and --seeds."""
+    at_least("--seeds", args.seeds, 1)
+    return tuple(range(args.seed, args.seed + args.seeds))
+
+
+def mean_interval(values: Sequence[float], confidence: float = 0.95) -> dict:
+    """The mean of `values` and the half-width of its `confidence` interval (Student's t with
+    n - 1 degrees of freedom: t * s / sqrt(n)); the half-width is None under two values."""
+    count = len(values)
+    mean = statistics.fmean(values) if count else None
+    half = None
+    if count > 1:
+        from scipy.stats import t
+
+        half = float(t.ppf((1 + confidence) / 2, count - 1)) * statistics.stdev(values) / (
+            math.sqrt(count))
+    return {"n": count, "mean": mean, "half_width": half, "confidence": confidence}
+
+
+def plus_minus(interval: dict, scale: float = 1.0, digits: int = 2) -> str:
+    """`mean ± half-width` of a `mean_interval` (times `scale`)."""
+    if interval["mean"] is None:
+        return "-"
+    mean = f"{interval['mean'] * scale:.{digits}f}"
+    if interval["half_width"] is None:
+        return mean
+    return f"{mean} ± {interval['half_width'] * scale:.{digits}f}"
 
 
 # the options of a generated cluster's shape: dest -> (option, type, what it sets)

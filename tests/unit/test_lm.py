@@ -210,6 +210,27 @@ def test_heartbeats_fall_due_and_versions_only_grow() -> None:
     assert [r.attempt_id for r in second.snapshot.running] == ["j/0#0.1"]
 
 
+@pytest.mark.parametrize("report_ends", [False, True])
+def test_an_lm_that_reports_ends_publishes_its_state_after_a_step_that_ended_one(
+        report_ends: bool) -> None:
+    """`[timing] report_ends`: the room an end frees reaches the GMs in that step, not at the
+    next heartbeat; a step that ended nothing publishes nothing."""
+    lm = LocalMaster(topology(), heartbeat_interval=10.0, report_ends=report_ends)
+    lm.handle(Tick("t"), 0.0)  # the first heartbeat
+    launch(lm, item("j/0#0.1", "n0"), item("j/1#0.1", "n0"), now=0.1)
+    started = lm.handle(WorkerTaskStarted("s", "w0", "j/0#0.1", 0.2), 0.2)
+    assert not [c for c in started if isinstance(c, PublishHeartbeat)]
+    ended = [c for c in lm.handle(WorkerTaskFinished("f", "w0", "j/0#0.1", 1.0), 1.0)
+             if isinstance(c, PublishHeartbeat)]
+    if not report_ends:
+        assert not ended
+        return
+    [published] = ended
+    assert [r.attempt_id for r in published.snapshot.running] == ["j/1#0.1"]
+    assert published.snapshot.free_cpu[0] == 3000  # n0's 4000 less j/1's 1000
+    assert not [c for c in lm.handle(Tick("t"), 2.0) if isinstance(c, PublishHeartbeat)]
+
+
 def test_cancel_by_the_owner_stops_the_attempt() -> None:
     lm = LocalMaster(topology())
     launch(lm, item("j/0#0.1", "n0"))
