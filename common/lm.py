@@ -15,7 +15,6 @@ converges at once.
 - `CopyBook` (common/lm_copies.py): the redundant copies it runs on its idle nodes, with a
   redundancy policy that makes copies (docs/redundancy.md);
 - `WorkerWatch` (common/lm_workers.py): its workers' liveness and its recovery;
-- `reprioritize` (common/lm_reprioritize.py): a job's attempts given its new priority;
 - `SnapshotMaker` (common/lm_snapshots.py): what its replies and heartbeats show the GMs.
 """
 
@@ -55,7 +54,6 @@ from common.events import (
 from common.lm_attempts import AttemptState, LMAttemptBook, RunningAttempt
 from common.lm_copies import CopyBook
 from common.lm_queues import NodeQueueBook
-from common.lm_reprioritize import reprioritize
 from common.lm_snapshots import SnapshotMaker
 from common.lm_verdicts import Judge
 from common.lm_workers import WorkerWatch
@@ -248,8 +246,8 @@ class LocalMaster:
         re-keyed), and each worker holding one of them is told once. A worker keys its queue
         by finite priorities only: an infinite one stays in this LM's books. An LM with
         neither local queues nor copies has no order to correct, and ignores it."""
-        workers = reprioritize(self._attempts, self.topology.workers, self._copies,
-                               event.job_id, event.gm, event.priority)
+        workers = self._attempts.reprioritize(event.job_id, event.gm, event.priority,
+                                              self.topology.workers, self._copies)
         if workers is None:
             return
         if not workers:

@@ -14,8 +14,9 @@ reprioritizations (one with local queues or copies), the live attempts of each j
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from common.cluster import RunningInfo
 from common.errors import InvariantViolated
@@ -24,6 +25,11 @@ from common.messages import Placement
 from common.reasons import Reason
 from common.step import Step
 from common.story import TransitionLog
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from common.lm_copies import CopyBook
 
 
 class AttemptState(StrEnum):
@@ -167,6 +173,30 @@ class LMAttemptBook:
         if len(self.ended) > self._ended_memory:
             self.ended.popitem(last=False)
         return attempt
+
+    def reprioritize(self, job_id: str, gm: str, priority: float, workers_of: Sequence[str],
+                     copies: CopyBook | None) -> dict[str, None] | None:
+        """A GM's job has a new priority (docs/local-queues.md, Estimates that change): its
+        attempts here take it (a copy candidate is re-keyed). The workers holding them, each
+        once in the order of their attempts (`workers_of`: each node's worker); None: the job
+        has no attempts here, or the book keeps no index by job (only an LM with local queues
+        or copies does, since only there does an attempt's priority order anything)."""
+        ids = self.by_job.get(job_id) if self.by_job is not None else None
+        if not ids:
+            return None
+        workers: dict[str, None] = {}
+        for attempt_id in ids:
+            attempt = self.running[attempt_id]
+            placement = attempt.placement
+            if placement.gm != gm:
+                continue
+            workers[workers_of[attempt.node_index]] = None
+            if placement.priority != priority:
+                # a new placement, not a mutated one: the simulator shares it among roles
+                attempt.placement = replace(placement, priority=priority)
+                if copies is not None:
+                    copies.reprioritized(attempt_id, priority)
+        return workers
 
     def ids_of_gms(self) -> dict[str, tuple[str, ...]]:
         """The live attempts' ids by GM, as a snapshot carries them."""

@@ -180,9 +180,13 @@ class Overrides:
                               ("--queue-depth", self.queue_depth)):
             if value is not None and value < 0:
                 raise InvalidInput(option, f"must be >= 0, got {value}")
-        if self.fairness is not None and self.fairness not in FAIRNESS_POLICIES.names():
-            raise InvalidInput("--fairness", f"{self.fairness!r} is not a fairness policy "
-                                             f"(known: {', '.join(FAIRNESS_POLICIES.names())})")
+        # a name from code, not from argparse's choices: each registry says what it knows
+        for option, name, registry in (("--job-policy", self.job_policy, JOB_POLICIES),
+                                       ("--placement", self.placement, PLACEMENT_POLICIES),
+                                       ("--fairness", self.fairness, FAIRNESS_POLICIES),
+                                       ("--redundancy", self.redundancy, COPY_POLICIES)):
+            if name is not None and name not in registry.names():
+                raise InvalidInput(option, registry.unknown(name))
 
     def apply(self, federation: Federation) -> Federation:
         """`federation` with these changes."""

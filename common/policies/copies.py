@@ -103,9 +103,13 @@ class CopyOptions:
     beta: float = 0.5  # laps+r: the share of the latest running tasks that get copies
 
     def __post_init__(self) -> None:
-        beta = self.beta
-        if not (isinstance(beta, int | float) and 0 < beta <= 1 and math.isfinite(beta)):
-            raise InvalidInput("beta", f"must be in (0, 1], got {beta!r}")
+        check_beta(self.beta)
+
+
+def check_beta(beta: object) -> None:
+    """LAPS's share of the latest arrivals, here and in the simulator's machine model."""
+    if not (isinstance(beta, int | float) and 0 < beta <= 1 and math.isfinite(beta)):
+        raise InvalidInput("beta", f"must be in (0, 1], got {beta!r}")
 
 
 class CopyPolicy(Protocol):

@@ -38,8 +38,7 @@ from typing import Protocol
 
 import numpy as np
 
-from common.errors import InvalidInput
-from common.policies.copies import shares
+from common.policies.copies import check_beta, shares
 from common.policies.registry import Registry
 
 
@@ -48,9 +47,7 @@ class AllocationOptions:
     beta: float = 0.5  # laps, laps+r: the share of the latest arrivals that run
 
     def __post_init__(self) -> None:
-        beta = self.beta
-        if not (isinstance(beta, int | float) and 0 < beta <= 1 and math.isfinite(beta)):
-            raise InvalidInput("beta", f"must be in (0, 1], got {beta!r}")
+        check_beta(self.beta)
 
 
 class MachineAllocation(Protocol):
