@@ -240,8 +240,9 @@ def policies_in_force(scheduler: str, federation: Federation) -> str:
         return f"{scheduler}'s own policies"
     policies = federation.policies
     ends = ", LMs report each end at once" if federation.timing.report_ends else ""
+    refused = policies.fairness_options.resolve(policies.fairness).refused
     return (f"job policy {policies.job}, fairness {policies.fairness}, placement "
-            f"{policies.placement}{ends}")
+            f"{policies.placement}, refused tasks to their job's {refused}{ends}")
 
 
 def queue_assignment(workload: argparse.Namespace, jobs: list, federation: Federation) -> str:

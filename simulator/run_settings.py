@@ -17,7 +17,7 @@ from pathlib import Path
 from common.errors import InvalidInput
 from common.federation import Federation, Variability
 from common.policies.copies import COPY_POLICIES
-from common.policies.fairness import FAIRNESS_POLICIES
+from common.policies.fairness import FAIRNESS_POLICIES, OPTION_CHOICES, unknown_choice
 from common.policies.job import JOB_POLICIES
 from common.policies.placement import PLACEMENT_POLICIES
 from loadgen.sources import add_workload_arguments
@@ -27,7 +27,7 @@ from simulator.processing import parse_processing
 from simulator.timemodel import TimeModel
 
 POLICY_OPTIONS = ("job_policy", "placement", "fairness", "pass_tasks", "variability",
-                  "queue_depth", "redundancy", "report_ends")  # `Overrides`' fields
+                  "queue_depth", "redundancy", "report_ends", "refused")  # `Overrides`' fields
 # what the published Megha simulator runs, beside its slot model (`--slots`): its GMs' order,
 # no preemption for fairness, and LMs that report each task's end at once
 PUBLISHED_SIMULATOR = {"job_policy": "fewest-tasks", "fairness": "none", "report_ends": True}
@@ -101,6 +101,14 @@ def add_policy_arguments(group: argparse._ArgumentGroup,
                     "ended a task, as the published Megha simulator's LM reports each end at "
                     "once (default: the federation file's [timing] report_ends; off for "
                     "--nodes: GMs learn of freed room from heartbeats, as the paper's)"}),
+        "refused": ("--refused", {
+            "choices": OPTION_CHOICES["refused"],
+            "help": "megha and centralized: where a task an LM refused (the GM's view was "
+                    "stale) goes back: the front of its job's waiting tasks, or the tail, as "
+                    "the Megha paper puts it at the end of the task request queue (default: "
+                    "the federation file's [policies.fairness_options] refused, else the "
+                    "fairness policy's: front for fair_share and none, tail for "
+                    "fair_share_paper)"}),
     }
     for name in POLICY_OPTIONS:
         if name in names:
@@ -157,6 +165,7 @@ class Overrides:
     redundancy: str | None = None
     fairness: str | None = None
     report_ends: bool | None = None
+    refused: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Overrides:
@@ -187,6 +196,8 @@ class Overrides:
                                        ("--redundancy", self.redundancy, COPY_POLICIES)):
             if name is not None and name not in registry.names():
                 raise InvalidInput(option, registry.unknown(name))
+        if self.refused is not None and self.refused not in OPTION_CHOICES["refused"]:
+            raise InvalidInput("--refused", unknown_choice("refused", self.refused))
 
     def apply(self, federation: Federation) -> Federation:
         """`federation` with these changes."""
@@ -198,6 +209,10 @@ class Overrides:
             policies = policies.model_copy(update={"placement": self.placement})
         if self.fairness is not None:  # its options table ([policies.fairness_options]) stays
             policies = policies.model_copy(update={"fairness": self.fairness})
+        if self.refused is not None:
+            policies = policies.model_copy(update={
+                "fairness_options": policies.fairness_options.model_copy(
+                    update={"refused": self.refused})})
         if self.pass_tasks is not None:
             federation = dataclasses.replace(federation, limits=federation.limits.model_copy(
                 update={"gm_pass_tasks": self.pass_tasks}))

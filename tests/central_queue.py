@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,3 +87,53 @@ def central_queue_jct(jobs: dict[str, ModelJob], slots: int, order: str) -> dict
             count += 1
             heapq.heappush(ends, (now + runtime, count, job))
     return {job_id: job.end - job.arrival for job_id, job in jobs.items()}
+
+
+def request_queue_starts(tasks: list[tuple[float, str, float]], slots: dict[str, int],
+                         tail: bool) -> list[float]:
+    """Each task's start on one central queue of task requests, given (arrival, kind, runtime)
+    per task and the slots of each kind: a task of kind "any" takes a free slot of the first
+    kind (in name order) that has one, any other only a slot of its own kind (a placement
+    constraint). At every instant, once its arrivals and ends are in, the queue is walked once
+    in order. `tail=False`: a task that finds no slot keeps its place; `tail=True`: it goes
+    to the end of the queue, as the Megha paper's GM puts it, and comes up again later."""
+    free = dict(slots)
+    starts = [0.0] * len(tasks)
+    order = sorted(range(len(tasks)), key=lambda i: (tasks[i][0], i))
+    queue: deque[int] = deque()
+    ends: list[tuple[float, int, str]] = []
+    next_arrival, now = 0, 0.0
+
+    def take(i: int) -> str | None:
+        kind = tasks[i][1]
+        for candidate in (sorted(free) if kind == "any" else [kind]):
+            if free.get(candidate, 0):
+                free[candidate] -= 1
+                return candidate
+        return None
+
+    while next_arrival < len(order) or ends:
+        upcoming = tasks[order[next_arrival]][0] if next_arrival < len(order) else None
+        now = ends[0][0] if ends and (upcoming is None or ends[0][0] <= upcoming) else upcoming
+        while ends and ends[0][0] == now:
+            free[heapq.heappop(ends)[2]] += 1
+        while next_arrival < len(order) and tasks[order[next_arrival]][0] == now:
+            queue.append(order[next_arrival])
+            next_arrival += 1
+        if tail:
+            for _ in range(len(queue)):
+                i = queue.popleft()
+                slot = take(i)
+                if slot is None:
+                    queue.append(i)
+                else:
+                    starts[i] = now
+                    heapq.heappush(ends, (now + tasks[i][2], i, slot))
+        else:
+            for i in list(queue):
+                slot = take(i)
+                if slot is not None:
+                    queue.remove(i)
+                    starts[i] = now
+                    heapq.heappush(ends, (now + tasks[i][2], i, slot))
+    return starts

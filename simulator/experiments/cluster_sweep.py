@@ -14,6 +14,12 @@ taking the calibrated cost of its work, simulator/processing.py), as the paper's
 workload for it as our stand-in (`workload`, `--like`, docs/workloads.md), the others on the
 bundled YH1_sub trace in slot mode (the trace has no requests: Sparrow's slot model).
 
+They run in the paper's own setup unless told otherwise: the LMs' machine-constraint profiles
+drawn per LM (`--profile random`: A, B or C from the seed, as the paper draws one per
+cluster) and a task an LM refused put back at the tail of its job's waiting tasks
+(`--refused tail`: the paper's "end of its task request queue"); `--profile A` and
+`--refused front` are the setup of our own `megha simulate --nodes` runs.
+
 `--seeds N` (default 1: one run per value, named after it) runs each value N times, with the
 seeds `--seed`, `--seed` + 1, ... (the workload's and the cluster's), as independent runs named
 `VALUE/seed-S`; results.json keeps every run, and its `figures` add `seeds`: per value, the
@@ -24,12 +30,14 @@ confidence interval (Student's t), in a table of mean ± half-width.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.table import Table
 
+from common.federation import RANDOM_PROFILE
 from loadgen.paper_workloads import YH1_SUB
 from loadgen.sources import add_workload_arguments
 from simulator import command as simulate
@@ -62,6 +70,9 @@ from simulator.sweep import Run
 # the base shape's keys, each run's `shape` in results.json (components' SCHEDULER@SCALE adds
 # "processing"), and their values where the experiment neither offers nor sets them
 BASE = {"nodes": None, "gms": 4, "lms": 25, "heartbeat": None, "scheduler": "megha"}
+# the paper's own setup, each run's where the command line does not say otherwise
+PAPER_PROFILE = RANDOM_PROFILE  # a profile per cluster (LM), A, B or C
+PAPER_REFUSED = "tail"  # a refused task goes to the end of the queue
 # values -> (run name, change from the base shape), bad values an InvalidInput on --values
 Plan = Callable[[tuple[str, ...]], list[tuple[str, dict]]]
 # the runs' reports -> the experiment's `figures` in results.json, and its tables
@@ -74,6 +85,7 @@ class SharedSettings:
 
     node: tuple[int, int]  # a node's capacity
     nodes_per_worker: int
+    profile: str  # the LMs' machine-constraint profile, or "random": drawn per LM
     overrides: Overrides
     settings: RunSettings
 
@@ -122,6 +134,10 @@ class ClusterSweep:
                           | {"nodes_per_worker": NODES_PER_WORKER},
                           said={"heartbeat": "10, the paper's"})
         add_node_option(group)
+        group.add_argument("--profile", choices=simulate.PROFILE_CHOICES, default=PAPER_PROFILE,
+                           help="the LMs' machine-constraint profile (default random: A, B or C "
+                                "drawn per LM from the seed, as the paper draws one per "
+                                "cluster; A: every LM profile A, as `megha simulate --nodes`)")
         group.add_argument("--slots", action="store_true",
                            help="slot mode: every node one slot, every task one slot (Sparrow's "
                                 "and the published Megha simulator's model; the default with "
@@ -147,8 +163,11 @@ class ClusterSweep:
         values = tuple((args.values or self.default_values).split(","))
         shapes = tuple((name, _scheduler_shape(base | change))
                        for name, change in self.plan(values))
+        overrides = Overrides.from_args(args)
+        if overrides.refused is None:  # the paper's, where the command line says nothing
+            overrides = replace(overrides, refused=PAPER_REFUSED)
         shared = SharedSettings(simulate.parse_node(args.node), args.nodes_per_worker,
-                                Overrides.from_args(args), settings)
+                                args.profile, overrides, settings)
         shared.overrides.check()
         return SweepOptions(values, base, shapes, shared, seeds_of(args))
 
@@ -180,6 +199,7 @@ class ClusterSweep:
                  if len(options.seeds) > 1 else "")
         return (f"{self.swept} {', '.join(options.values)}{seeds}; {shape}; workload "
                 f"{_workload(settings.workload)}{', slot mode' if settings.slots else ''}; "
+                f"{_profiles(options.shared.profile)}; "
                 f"policies {options.shared.overrides.describe() or 'as generated'}; "
                 f"{settings.timing.describe()}, processing {settings.processing}")
 
@@ -277,6 +297,12 @@ def _scheduler_shape(shape: dict) -> dict:
     return shape | {"gms": 1, "lms": 1} if shape["scheduler"] == "centralized" else shape
 
 
+def _profiles(profile: str) -> str:
+    if profile == RANDOM_PROFILE:
+        return "machine-constraint profiles A, B or C drawn per LM"
+    return f"machine-constraint profile {profile} on every LM"
+
+
 def _workload(workload: argparse.Namespace) -> str:
     if workload.like is not None:
         return f"the {workload.like} stand-in"
@@ -295,10 +321,12 @@ def simulate_shape(shared: SharedSettings, shape: dict, name: str,
     federation = shaped_federation(
         shape["nodes"], shape["gms"], shape["lms"], slots=settings.slots, node=shared.node,
         nodes_per_worker=shared.nodes_per_worker, heartbeat_interval=heartbeat,
-        seed=settings.seed)
+        seed=settings.seed, profile=shared.profile)
     federation = shared.overrides.apply(federation)
-    where = (f"{shape['nodes']} nodes, {shape['gms']} GMs, {shape['lms']} LMs, heartbeat "
-             f"{heartbeat:g} s")
+    drawn = Counter(lm.profile for lm in federation.lms)
+    where = (f"{shape['nodes']} nodes, {shape['gms']} GMs, {shape['lms']} LMs (profiles "
+             f"{', '.join(f'{name} {count}' for name, count in sorted(drawn.items()))}), "
+             f"heartbeat {heartbeat:g} s")
     if "processing" in shape:  # components' SCHEDULER@SCALE: its own processing model
         settings = replace(settings, processing=shape["processing"])
         where += f", processing {shape['processing']}"

@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from central_queue import central_queue_jct, jobs_of_log
+from central_queue import central_queue_jct, jobs_of_log, request_queue_starts
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loadgen.paper_workloads import YH1_SUB
 
@@ -81,3 +83,27 @@ def test_the_model_serves_in_its_order() -> None:
 
     assert central_queue_jct(jobs(), 1, "fifo") == {"a": 3.0, "b": 4.0, "c": 6.0}
     assert central_queue_jct(jobs(), 1, "fewest-tasks") == {"a": 6.0, "b": 1.0, "c": 3.0}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.sampled_from(["a", "b", "any"]),
+                          st.integers(1, 6)), max_size=40),
+       st.dictionaries(st.sampled_from(["a", "b"]), st.integers(1, 3), min_size=1))
+def test_a_task_that_finds_no_slot_may_go_to_the_tail_or_stay_alike(tasks, slots) -> None:
+    """The Megha paper's GM puts a task that finds no room at the end of its task request
+    queue; ours keeps it in place. When every decision walks the whole queue (ours: a pass
+    tries every ready demand and skips only the blocked ones, whose tasks would fail alike),
+    the failed tasks move to the tail in their own order and the ones placed leave, so the
+    queue's order, and every start, is the same (docs/reproducing.md). Tasks with placement
+    constraints (kinds) make failures partial, the case where an order could change."""
+    tasks = [task for task in tasks if task[1] == "any" or task[1] in slots]
+    kept = request_queue_starts(tasks, slots, tail=False)
+    assert request_queue_starts(tasks, slots, tail=True) == kept
+
+
+def test_the_request_queue_model_holds_a_constrained_task_back() -> None:
+    """Hand-worked: one slot of kind a, one of b; at 0 a task of a (2 s), then of a (1 s),
+    then of b (1 s): the second waits for the first, the third does not wait."""
+    starts = request_queue_starts([(0, "a", 2), (0, "a", 1), (0, "b", 1)], {"a": 1, "b": 1},
+                                  tail=True)
+    assert starts == [0.0, 2.0, 0.0]

@@ -81,3 +81,40 @@ def test_the_cluster_experiments_offer_it_too() -> None:
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--fairness {fair_share,fair_share_paper,none}" in done.stdout
+
+
+def test_refused_sends_a_refused_task_to_its_jobs_tail_whatever_the_fairness() -> None:
+    federation = shaped_federation(30, 2, 3, slots=True)
+    assert federation.policies.fairness_options.resolve("fair_share").refused == "front"
+    changed = Overrides(refused="tail").apply(federation)
+    assert changed.policies.fairness_options.resolve("fair_share").refused == "tail"
+    assert changed.gm_config("gm-1").fairness_options.refused_to_tail
+    assert changed.policies.fairness == federation.policies.fairness  # nothing else moves
+    assert Overrides(refused="tail").describe() == "refused tail"
+    with pytest.raises(InvalidInput, match="refused"):
+        Overrides(refused="sideways").apply(federation)
+
+
+def test_the_first_line_says_where_a_refused_task_goes(tmp_path) -> None:
+    first, events = saturated_run(tmp_path / "tail.log", "--fairness", "none", "--refused",
+                                  "tail")
+    assert "fairness none, placement first_fit, refused tasks to their job's tail" in first
+    assert events["job_done"] == 200
+
+
+def test_the_megha_figures_run_the_papers_setup_unless_told(tmp_path) -> None:
+    """The figures' sweeps draw a profile per LM and send refused tasks to the tail (the
+    paper's setup); `--profile A --refused front` is `megha simulate --nodes`'s."""
+    def first_line(*extra: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "megha", "experiment", "heartbeat", "--values", "10",
+             "--nodes", "60", "--gms", "2", "--lms", "6", "--jobs", "5", "--workers", "1",
+             "--no-log", "--out", str(tmp_path / "out"), *extra],
+            capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.splitlines()[0]
+
+    paper = first_line()
+    assert "profiles A, B or C drawn per LM" in paper and "refused tail" in paper
+    ours = first_line("--profile", "A", "--refused", "front")
+    assert "profile A on every LM" in ours and "refused front" in ours
