@@ -33,7 +33,6 @@ multi-task jobs of a trace (redundancy_cluster.py); the two share the table and 
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +50,7 @@ from simulator.experiments.redundancy_shared import (
     Sweep,
     add_beta_option,
     add_speed_option,
+    half_width,
     mean_table,
     page,
 )
@@ -151,7 +151,6 @@ def _summary(results: list[RunResult]) -> dict:
     """One policy at one rate over its seeds: the experiments' run schema."""
     flows = np.concatenate([r.flowtimes for r in results])
     means = [float(r.flowtimes.mean()) for r in results]
-    spread = float(np.std(means, ddof=1)) if len(means) > 1 else 0.0
     first = results[0]
     quantiles = np.linspace(0, 1, 101)
     return {
@@ -161,7 +160,7 @@ def _summary(results: list[RunResult]) -> dict:
             "count": int(len(flows)), "mean": float(np.mean(means)),
             "p50": float(np.median(flows)), "p99": float(np.quantile(flows, 0.99)),
             "max": float(flows.max()),
-            "ci95": 1.96 * spread / math.sqrt(len(means))}},
+            "ci95": half_width(means)}},
         "allocation": {},
         "counts": {
             "jobs_done": int(len(flows)), "unfinished": sum(r.unfinished for r in results),

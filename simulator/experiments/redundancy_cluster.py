@@ -32,7 +32,6 @@ and its ratio to `none`; the copies' figures) and with `--html` the page of the 
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -59,6 +58,7 @@ from simulator.experiments.redundancy_shared import (
     Sweep,
     add_beta_option,
     add_speed_option,
+    half_width,
     mean_table,
     page,
 )
@@ -346,9 +346,8 @@ def _jct(reports: list[dict]) -> dict:
     or the seeds' mean p50 and p99 when a report has no CDF."""
     overall = [report["jct"]["overall"] for report in reports]
     means = [figures["mean"] for figures in overall]
-    spread = float(np.std(means, ddof=1)) if len(means) > 1 else 0.0
     figures = {"count": sum(f["count"] for f in overall), "mean": float(np.mean(means)),
-               "ci95": 1.96 * spread / math.sqrt(len(means))}
+               "ci95": half_width(means)}
     cdfs = [report["jct"].get("cdf") for report in reports]
     if not all(cdfs):
         return {"overall": figures | {key: float(np.mean([f[key] for f in overall]))

@@ -1,9 +1,9 @@
 """What both redundancy studies share: the options of the machines' speeds and of `--beta`,
 and how they show their results: the mean of each policy at each swept value with its 95%
-confidence interval and its ratio to the baseline (a table), and the page of `--html` (the
-tables, the mean against the swept value, a CDF per value). The paper's study (redundancy.py)
-sweeps arrival rates and measures flowtimes, the federated cluster's (redundancy_cluster.py)
-offered loads and JCTs: a `Sweep` says which.
+confidence interval (Student's t over the seeds' means) and its ratio to the baseline (a
+table), and the page of `--html` (the tables, the mean against the swept value, a CDF per
+value). The paper's study (redundancy.py) sweeps arrival rates and measures flowtimes, the
+federated cluster's (redundancy_cluster.py) offered loads and JCTs: a `Sweep` says which.
 """
 
 from __future__ import annotations
@@ -18,9 +18,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from simulator.experiments.common import mean_interval
 from simulator.experiments.results import Page
 
 SPEEDS = ("two-state", "gamma", "constant")
+
+
+def half_width(means: list[float]) -> float:
+    """The 95% confidence interval's half-width of the seeds' means, as every experiment
+    states its intervals (`mean_interval`: Student's t); 0 for a single seed."""
+    return mean_interval(means)["half_width"] or 0.0
 
 
 def add_speed_option(group: argparse._ArgumentGroup) -> None:

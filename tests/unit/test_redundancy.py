@@ -147,6 +147,12 @@ def test_the_redundancy_experiment_runs_every_policy_at_every_rate(tmp_path) -> 
     for run in results["runs"]:
         assert run["jct"]["overall"]["count"] > 0 and len(run["seed_means"]) == 2
         assert run["counts"]["unfinished"] == 0
+        # the interval every experiment states: Student's t over the seeds' means (two
+        # seeds: t = 12.706 with one degree of freedom, not the normal's 1.96)
+        means = run["seed_means"]
+        spread = abs(means[0] - means[1]) / 2 ** 0.5
+        assert run["jct"]["overall"]["ci95"] == pytest.approx(12.706 * spread / 2 ** 0.5,
+                                                              rel=1e-4)
     assert "/ srpt" in (tmp_path / "table.txt").read_text()
     assert (tmp_path / "r.html").stat().st_size > 20_000
     refused = subprocess.run([sys.executable, "-m", "megha", "experiment", "redundancy",
