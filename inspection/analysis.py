@@ -363,7 +363,8 @@ class RunAnalysis:
             deltas.append(d)
         start, end = changes[0][0], changes[-1][0]
         grid = np.linspace(start, end, SERIES_POINTS) if end > start else np.array([start])
-        series, mean = {}, {}
+        series, mean, active = {}, {}, {}
+        spans = self._waiting_spans(end)
         for user in sorted(by_user):
             times = np.array(by_user[user][0] or [start])
             steps = np.cumsum(by_user[user][1] or [0])
@@ -373,8 +374,39 @@ class RunAnalysis:
                                              0)], 0)
             series[user] = (held / capacity).round(4).tolist()
             mean[user] = _time_weighted_mean(times, steps, start, end) / capacity
-        return result | {"mean_share": mean,
+            if spans.get(user):
+                active[user] = _mean_over_spans(times, steps, spans[user]) / capacity
+        return result | {"mean_share": mean, "waiting_share": active,
                          "series": {"t": (grid - start).round(3).tolist(), "users": series}}
+
+    def _waiting_spans(self, end: float) -> dict[str, list[tuple[float, float]]]:
+        """Per user queue, the times it had tasks waiting for their first start (from a job's
+        arrival to its last task's first start; a task never started: until `end`), as
+        disjoint spans. Its share over them is what it got while it wanted more: a queue
+        whose jobs are all served early in a long run has a small share over the run without
+        being held back, and one kept from its share has a small share here too."""
+        last_start: dict[str, float] = {}
+        started: Counter = Counter()
+        for task, attempt in self._first_starts().items():
+            job_id = task.rpartition("/")[0]
+            started[job_id] += 1
+            last_start[job_id] = max(last_start.get(job_id, attempt.started), attempt.started)
+        by_user: dict[str, list[tuple[float, float]]] = {}
+        for job_id, job in self.jobs.items():
+            if job.arrival is not None:
+                waited_until = (last_start.get(job_id, end) if started[job_id] >= job.tasks
+                                else end)
+                by_user.setdefault(job.user, []).append((job.arrival, waited_until))
+        spans = {}
+        for user, intervals in by_user.items():
+            merged: list[list[float]] = []
+            for a, b in sorted(intervals):
+                if merged and a <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], b)
+                else:
+                    merged.append([a, b])
+            spans[user] = [(a, b) for a, b in merged if b > a]
+        return spans
 
     def _estimation(self) -> dict:
         predictors = Counter(done.predictor for done in self.estimated.values())
@@ -506,6 +538,21 @@ def _time_weighted_mean(times: np.ndarray, steps: np.ndarray, start: float,
         return float(steps[-1])
     edges = np.append(np.clip(times, start, end), end)
     return float(np.sum(steps * np.diff(edges)) / (end - start))
+
+
+def _mean_over_spans(times: np.ndarray, steps: np.ndarray,
+                     spans: list[tuple[float, float]]) -> float:
+    """The mean of the step function (`steps[i]` from `times[i]` on, 0 before the first)
+    over the union of `spans` (disjoint)."""
+    # the integral from the first time to each change, then to any x by its last change
+    before = np.concatenate(([0.0], np.cumsum(steps[:-1] * np.diff(times))))
+
+    def integral(x: float) -> float:
+        k = int(np.searchsorted(times, x, side="right")) - 1
+        return 0.0 if k < 0 else float(before[k] + steps[k] * (x - times[k]))
+
+    length = sum(b - a for a, b in spans)
+    return sum(integral(b) - integral(a) for a, b in spans) / length
 
 
 def _components(attempt: _Attempt, arrival: float, first_start: float,

@@ -159,12 +159,15 @@ def _fairness_table(run: dict, rid: str) -> str:
     if not fairness["mean_share"]:
         return '<p class="muted">no share over time: no task start with cpu, or no LM capacity</p>'
     rows = []
+    active = fairness.get("waiting_share", {})
     for user, share in fairness["mean_share"].items():
         configured = fairness["configured"].get(user)
-        rows.append([user, "" if configured is None else f"{configured:.0%}", f"{share:.1%}"])
+        rows.append([user, "" if configured is None else f"{configured:.0%}", f"{share:.1%}",
+                     f"{active[user]:.1%}" if user in active else "-"])
     caption = (f"share of the cluster's cpu ({fairness['capacity_cpu_m'] / 1000:g} cores), "
-               f"time-weighted")
-    return _table(f"fairness-{rid}", caption, ["user queue", "configured", "mean share"], rows)
+               f"time-weighted: over the run, and over the times the queue had tasks waiting")
+    return _table(f"fairness-{rid}", caption,
+                  ["user queue", "configured", "mean share", "while it waited"], rows)
 
 
 def _estimation_section(run: dict, rid: str) -> str:

@@ -208,12 +208,13 @@ def render_run(console: Console, run: dict, read: dict) -> None:
         table = Table(title=f"share of the cluster's cpu "
                             f"({fairness['capacity_cpu_m'] / 1000:g} cores), time-weighted",
                       title_justify="left")
-        for column in ("user queue", "configured", "mean share"):
+        for column in ("user queue", "configured", "mean share", "while it waited"):
             table.add_column(column, justify="left" if column == "user queue" else "right")
+        active = fairness.get("waiting_share", {})
         for user, share in fairness["mean_share"].items():
             configured = fairness["configured"].get(user)
             table.add_row(user, "" if configured is None else f"{configured:.0%}",
-                          f"{share:.1%}")
+                          f"{share:.1%}", f"{active[user]:.1%}" if user in active else "-")
         console.print(table)
     if "estimation" in run:
         render_estimation(console, run["estimation"])

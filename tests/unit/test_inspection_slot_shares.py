@@ -124,3 +124,32 @@ def test_a_simulated_slot_mode_run_s_shares_are_its_slots_held(tmp_path):
     assert total.max() == pytest.approx(1.0)  # saturated: every slot held
     assert np.median(total) > 0.9
     assert sum(fairness["mean_share"].values()) > 0.5  # not a few percent between them
+
+
+def test_a_queue_served_early_in_a_long_run_was_not_held_back():
+    """Hand-worked, 2 one-slot nodes over [0, 20] s. q1's job of 3 tasks arrives at 0: its
+    first two take both slots at 0 and end at 2, its third waits for them and runs 2-4; then
+    q1 has nothing. q2's job of 4 tasks arrives at 1 and takes a slot at 4, 4, 12, 12 (each
+    8 s) until 20. Over the run q1 holds 6 of the 40 slot-seconds; while it had a task
+    waiting (0 to 2) it held both slots. q2 waited from 1 to 12 and held no slot over 1-4
+    and both over 4-12: 16 of its 22 slot-seconds."""
+    events = [ev(0.0, "lm-1", "lm_started", lm="lm-1", epoch=0, recovering=False,
+                 workers=["lm-1/w0"], nodes=2, cpu_m=2 * SLOT[0], mem_mib=2 * SLOT[1])]
+    events += [ev(0.0, "gm-1", "job_arrived", job="a", user="q1", arrival=0.0, tasks=3),
+               ev(1.0, "gm-1", "job_arrived", job="b", user="q2", arrival=1.0, tasks=4)]
+    runs = [("a", "q1", 0, 0.0, 2.0), ("a", "q1", 1, 0.0, 2.0), ("a", "q1", 2, 2.0, 4.0),
+            ("b", "q2", 0, 4.0, 12.0), ("b", "q2", 1, 4.0, 12.0), ("b", "q2", 2, 12.0, 20.0),
+            ("b", "q2", 3, 12.0, 20.0)]
+    for job, user, index, start, end in runs:
+        fields = {"attempt": f"{job}/{index}#1", "task": f"{job}/{index}", "job": job,
+                  "user": user, "lm": "lm-1", "node": f"lm-1/n{index % 2}"}
+        events += [ev(start, "lm-1", "task_launched", **fields, cpu_m=SLOT[0],
+                      mem_mib=SLOT[1]),
+                   ev(start, "lm-1/w0", "task_started", **fields, worker="lm-1/w0",
+                      duration=end - start),
+                   ev(end, "lm-1", "task_finished", **fields)]
+    events.sort(key=lambda e: e["ts"])
+    fairness = fairness_of(events)
+    assert fairness["mean_share"] == pytest.approx({"q1": 6 / 40, "q2": 32 / 40})
+    # q1 waited over [0, 2]: both slots; q2 over [1, 12]: 0 over 1-2 and 2-4, 2 over 4-12
+    assert fairness["waiting_share"] == pytest.approx({"q1": 1.0, "q2": 16 / 22})
