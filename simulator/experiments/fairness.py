@@ -18,6 +18,13 @@ drains over the last phases. `--jobs` sets the jobs per queue (default 400); a j
 follows from it and the cluster size, so every cluster sees the same offered load and the
 same phases (a fixed workload would saturate 200 nodes and leave 1,500 idle).
 
+`--fixed-for NODES` runs the paper's mechanism instead: one job list, built as above for a
+cluster of NODES nodes, on every size (the paper runs one trace on all three). The phases are
+the same; a smaller cluster is overloaded (with `--fixed-for 500`, 200 nodes see 2.5 times
+the load, and the backlog drains long after phase 3), a larger one lightly loaded. Each run
+records its workload (`workload`: scaled or fixed, for how many nodes, the job width, the
+tasks and phase 3's offered load as a multiple of the run's cluster).
+
 Recorded per run (results.json, the shared schema of `megha inspect` plus our own figures):
 allocation time per queue (`allocation.by_user`), each queue's share of the cluster's cpu over
 time against its configured share (`share_over_time`: samples every `PHASE_S / 24` s, from the
@@ -106,18 +113,37 @@ DEFAULT_VARIANTS = ("paper,default,paper+job-order,paper+heartbeat-usage,paper+r
 
 @dataclass(frozen=True)
 class Workload:
-    """The phases of contention (this module's docstring)."""
+    """The phases of contention (this module's docstring). `fixed_for`: None, the workload
+    scales with each cluster (the same offered load on every size); N, one workload, built for
+    a cluster of N nodes, on every size (the paper's mechanism)."""
 
     jobs_per_queue: int = JOBS_PER_QUEUE
     phase_s: float = PHASE_S
     load_per_queue: float = LOAD_PER_QUEUE
     task_s: float = TASK_S
+    fixed_for: int | None = None  # nodes
 
     def width(self, nodes: int) -> int:
-        """Tasks per job that make a submitting queue offer `load_per_queue` of `nodes`."""
+        """Tasks per job on a cluster of `nodes`: a submitting queue offers `load_per_queue`
+        of the cluster the workload is built for (`nodes`, or `fixed_for` if set)."""
+        built_for = nodes if self.fixed_for is None else self.fixed_for
         submitting_s = 4 * self.phase_s
-        return max(1, round(self.load_per_queue * nodes * submitting_s
+        return max(1, round(self.load_per_queue * built_for * submitting_s
                             / (self.jobs_per_queue * self.task_s)))
+
+    def tasks(self, nodes: int) -> int:
+        return len(QUEUES) * self.jobs_per_queue * self.width(nodes)
+
+    def phase3_load(self, nodes: int) -> float:
+        """The mean work offered while all four queues submit, in slots, over `nodes`."""
+        per_queue = self.jobs_per_queue * self.width(nodes) * self.task_s / (4 * self.phase_s)
+        return len(QUEUES) * per_queue / nodes
+
+    def record(self, nodes: int) -> dict:
+        """What results.json says of the workload of a run on `nodes`."""
+        return {"kind": "scaled" if self.fixed_for is None else "fixed",
+                "fixed_for": self.fixed_for, "width": self.width(nodes),
+                "tasks": self.tasks(nodes), "phase3_load": round(self.phase3_load(nodes), 4)}
 
     def contention(self) -> tuple[float, float]:
         """Phase 3, all four queues submitting, after its settling part."""
@@ -197,7 +223,7 @@ def simulate_variant(cluster: Cluster, variant: str, workload: Workload, seed: i
                      "fairness_policy": VARIANTS[variant][0],
                      "fairness_options": dataclasses.asdict(
                          federation.gm_config("gm-1").fairness_options),
-                     "share_over_time": shares,
+                     "workload": workload.record(cluster.nodes), "share_over_time": shares,
                      "contention": contention_shares(sim_log, workload)}
 
 
@@ -277,6 +303,10 @@ class Fairness:
         group.add_argument("--jobs", type=int, default=JOBS_PER_QUEUE,
                            help=f"jobs per queue (default {JOBS_PER_QUEUE}; a job's width "
                                 f"follows from it and the cluster's size)")
+        group.add_argument("--fixed-for", type=int, default=None, metavar="NODES",
+                           help="one workload, built for a cluster of NODES nodes, on every "
+                                "size (the paper's mechanism: smaller clusters overloaded); "
+                                "default: the workload scales with each size")
         add_seed_option(group)
         model = parser.add_argument_group("the model")
         add_timing_arguments(model, said="none, model with --calibration")
@@ -287,23 +317,30 @@ class Fairness:
                           "a fairness variant")
         sizes = (args.nodes,) if args.nodes is not None else _sizes(args.sizes)
         at_least("--jobs", args.jobs, 1)
+        at_least("--fixed-for", args.fixed_for, 1)
         at_least("--lms", args.lms, 1)
         at_least("--nodes-per-worker", args.nodes_per_worker, 1)
         delay, time_model, timing = Timing(args.delay, args.calibration).resolve()
         model = Model(delay, time_model, args.processing or ("model" if time_model else "none"),
                       check=not args.no_check)
-        return FairnessOptions(variants, sizes, Workload(jobs_per_queue=args.jobs), args.lms,
-                               args.heartbeat, args.nodes_per_worker, args.seed, model, timing)
+        workload = Workload(jobs_per_queue=args.jobs, fixed_for=args.fixed_for)
+        return FairnessOptions(variants, sizes, workload, args.lms, args.heartbeat,
+                               args.nodes_per_worker, args.seed, model, timing)
 
     def describe(self, options: FairnessOptions) -> str:
         workload = options.workload
+        kind = ("workload scaled per size (the same offered load on every size)"
+                if workload.fixed_for is None else
+                f"workload fixed for {workload.fixed_for:,} nodes (the same jobs on every "
+                f"size)")
         sizes = "".join(f"\n  {nodes} nodes: jobs of {workload.width(nodes)} tasks, "
-                        f"{4 * workload.jobs_per_queue * workload.width(nodes):,} tasks"
+                        f"{workload.tasks(nodes):,} tasks, phase 3 offers "
+                        f"{workload.phase3_load(nodes):.2f}x the cluster"
                         for nodes in options.sizes)
         queues = ", ".join(f"{queue.name} {queue.share:.0%} on {queue.gm}" for queue in QUEUES)
         return (f"variants {', '.join(options.variants)}; queues {queues}; {options.lms} LMs, "
                 f"heartbeat {options.heartbeat:g} s, slot mode; {workload.jobs_per_queue} "
-                f"jobs per queue{sizes}\n  time: {options.timing}; processing "
+                f"jobs per queue; {kind}{sizes}\n  time: {options.timing}; processing "
                 f"{options.model.processing}")
 
     def runs(self, options: FairnessOptions, logs: Path | None) -> list[Run]:
