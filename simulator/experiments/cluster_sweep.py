@@ -330,4 +330,6 @@ def simulate_shape(shared: SharedSettings, shape: dict, name: str,
     if "processing" in shape:  # components' SCHEDULER@SCALE: its own processing model
         settings = replace(settings, processing=shape["processing"])
         where += f", processing {shape['processing']}"
+    if "delay_ms" in shape:  # --delays: the run's own constant one-way delay
+        settings = replace(settings, timing=Timing(delay=repr(shape["delay_ms"] / 1e3)))
     return simulate.simulate_once(settings, shape["scheduler"], federation, where, log, name)

@@ -9,6 +9,13 @@ events wait behind one another. `--values` lists schedulers (megha, centralized)
 are each run's `breakdown.components` (inspection/analysis.py): communication, processing at
 the GM, the LM and the worker, framework queuing, inconsistency retries, waiting for
 resources and worker queuing, their mean and share of the mean allocation time.
+
+`--delays MS,...` (here and in `centralized`) runs every value at each one-way network delay
+(a constant, in milliseconds) instead of `--delay`'s one, as runs named `VALUE@delay-MSms`
+whose shape says `delay_ms`; the figures are then each delay's own (`by_delay`) and what
+changes with the delay (`delay_summary`): here, per value, the share of communication,
+processing (GM, LM and worker) and framework queuing in the mean allocation time at each
+delay, and the first delay at which communication is the largest part.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from rich.table import Table
 
 from common.errors import InvalidInput
 from inspection.analysis import COMPONENTS
-from simulator.experiments.cluster_sweep import ClusterSweep
+from simulator.experiments.delay_sweep import DelaySweep, by_delay
 from simulator.experiments.registry import EXPERIMENTS
 from simulator.processing import parse_processing
 
@@ -93,7 +100,44 @@ def _shares_of(values: dict[str, float]) -> dict[str, float]:
             for part, value in values.items()}
 
 
-EXPERIMENTS.register(ClusterSweep(
+# Figure 7's parts in components' --delays summary: processing the GM's, LM's and worker's
+# together, the other components as they are; the table shows SHOWN of them
+PROCESSING = ("processing_gm", "processing_lm", "processing_worker")
+PARTS = {part: (part,) for part in COMPONENTS if part not in PROCESSING} | {
+    "processing": PROCESSING}
+SHOWN = ("communication", "processing", "framework_queuing", "batch_wait")
+
+
+def delay_summary(by_delay: dict[str, dict]) -> tuple[dict, Table]:
+    """Per value, at each delay: the share of each of `PARTS` in the mean allocation time and
+    the largest part, and the first delay at which communication is the largest:
+    results.json's `figures.delay_summary`, and its table."""
+    summary: dict = {}
+    table = Table(title="where communication starts to dominate: share of the mean allocation "
+                        "time at each one-way delay")
+    for column in ("value", "delay (ms)", "mean allocation (ms)", *SHOWN, "largest part"):
+        table.add_column(column.replace("_", " "), justify="right")
+    for delay, figures_at in by_delay.items():
+        for name, components in figures_at["components"].items():
+            if components is None:
+                continue
+            share = {part: sum(components["share"][each] for each in members)
+                     for part, members in PARTS.items()}
+            largest = max(share, key=share.get)
+            summary.setdefault(name, {"by_delay": {}})["by_delay"][delay] = {
+                "mean_allocation_ms": components["mean_allocation_ms"], "share": share,
+                "largest": largest}
+            table.add_row(name, delay, f"{components['mean_allocation_ms']:.3f}",
+                          *(f"{share[part]:.1%}" for part in SHOWN),
+                          f"{largest.replace('_', ' ')} {share[largest]:.1%}")
+    for value in summary.values():
+        value["communication_largest_from_ms"] = next(
+            (float(delay) for delay, at in value["by_delay"].items()
+             if at["largest"] == "communication"), None)
+    return summary, table
+
+
+EXPERIMENTS.register(DelaySweep(
     name="components",
     summary="where megha's allocation time goes: communication, processing, queuing, "
             "retries (the Megha paper's Figure 7)",
@@ -102,4 +146,4 @@ EXPERIMENTS.register(ClusterSweep(
     swept="schedulers (SCHEDULER@SCALE: its costs times SCALE)",
     default_values="megha,megha@0.1,megha@0.03", plan=runs,
     defaults={"nodes": 10_000, "gms": 4, "lms": 25}, sets=frozenset({"scheduler"}),
-    workload="cloudera", figures_of=figures))
+    workload="cloudera", figures_of=by_delay(figures, delay_summary)))
