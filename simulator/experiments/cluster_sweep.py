@@ -24,7 +24,10 @@ cluster) and a task an LM refused put back at the tail of its job's waiting task
 seeds `--seed`, `--seed` + 1, ... (the workload's and the cluster's), as independent runs named
 `VALUE/seed-S`; results.json keeps every run, and its `figures` add `seeds`: per value, the
 mean over the seeds of the runs' mean JCT and allocation p50 and p99, each with its 95%
-confidence interval (Student's t), in a table of mean ± half-width.
+confidence interval (Student's t), in a table of mean ± half-width; and `seeds.paired`:
+each value's figures over the first value's, seed by seed, with their intervals (a seed's runs
+share their workload, so a paired ratio can tell two values apart where their own intervals,
+which include the workload's spread, overlap).
 """
 
 from __future__ import annotations
@@ -230,9 +233,9 @@ class ClusterSweep:
         count = len(options.seeds)
         by_value = {name: runs[index * count:(index + 1) * count]
                     for index, (name, _shape) in enumerate(options.shapes)}
-        summary, table = seed_summary(by_value, options.seeds)
+        summary, own_tables = seed_summary(by_value, options.seeds)
         figures: dict = {"seeds": summary}
-        tables = [table]
+        tables = list(own_tables)
         if self.figures_of:
             figures["by_seed"] = {}
             for place, seed in enumerate(options.seeds):
@@ -255,10 +258,11 @@ SEED_FIGURES = {
 
 
 def seed_summary(by_value: dict[str, list[dict]],
-                 seeds: tuple[int, ...]) -> tuple[dict, Table]:
+                 seeds: tuple[int, ...]) -> tuple[dict, tuple[Table, Table]]:
     """Per value, over its seeds' runs: each of `SEED_FIGURES` (in seconds) as its mean and
     95% confidence interval (`mean_interval`: a run where it is missing, no job ended, is
-    left out of it); results.json's `figures.seeds` and its table of mean ± half-width."""
+    left out of it), and paired over the seeds as ratios to the first value's
+    (`paired_ratios`); results.json's `figures.seeds` and its two tables."""
     summary: dict = {"seeds": list(seeds), "confidence": 0.95, "by_value": {}}
     table = Table(title=f"over {len(seeds)} seeds ({seeds[0]} to {seeds[-1]}): mean ± 95% "
                         f"confidence interval's half-width (Student's t)")
@@ -274,7 +278,35 @@ def seed_summary(by_value: dict[str, list[dict]],
         summary["by_value"][name] = figures
         table.add_row(name, *(plus_minus(figures[key], scale)
                               for key, (_label, _path, scale) in SEED_FIGURES.items()))
-    return summary, table
+    paired, paired_table = paired_ratios(by_value, seeds)
+    return summary | {"paired": paired}, (table, paired_table)
+
+
+def paired_ratios(by_value: dict[str, list[dict]],
+                  seeds: tuple[int, ...]) -> tuple[dict, Table]:
+    """Per value, each of `SEED_FIGURES` over the first value's, seed by seed (the same
+    seed: the same workload and cluster draw), as the mean ratio and its 95% interval. The
+    values' own intervals include how much the workload moves the figure; a paired ratio
+    leaves that out, so a difference between values shows where the intervals overlap."""
+    names = list(by_value)
+    first = by_value[names[0]]
+    paired: dict = {"over": names[0], "by_value": {}}
+    table = Table(title=f"paired over the {len(seeds)} seeds: each value over {names[0]}, seed "
+                        f"by seed (mean ± 95% half-width)")
+    table.add_column("value")
+    for label, _path, _scale in SEED_FIGURES.values():
+        table.add_column(label.split(" (")[0], justify="right")
+    for name in names:
+        ratios = {}
+        for key, (_label, path, _scale) in SEED_FIGURES.items():
+            values = [ours / theirs for ours, theirs in
+                      ((_at(run, path), _at(base, path))
+                       for run, base in zip(by_value[name], first, strict=True))
+                      if ours is not None and theirs]
+            ratios[key] = mean_interval(values)
+        paired["by_value"][name] = ratios
+        table.add_row(name, *(plus_minus(ratios[key], digits=3) for key in SEED_FIGURES))
+    return paired, table
 
 
 def _at(report: dict, path: tuple[str, ...]) -> float | None:

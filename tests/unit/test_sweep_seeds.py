@@ -55,11 +55,20 @@ def test_gms_lms_over_two_seeds_keeps_every_run_and_sums_each_value_up(tmp_path,
         assert figures["jct_mean"]["mean"] == pytest.approx(sum(means) / 2)
         for key in ("jct_mean", "allocation_p50", "allocation_p99"):
             assert figures[key]["n"] == 2 and figures[key]["half_width"] is not None
+    # paired: each value over the first, seed by seed; the first over itself is exactly 1
+    paired = summary["paired"]
+    assert paired["over"] == "1gm-2lm"
+    assert paired["by_value"]["1gm-2lm"]["allocation_p50"]["mean"] == pytest.approx(1.0)
+    assert paired["by_value"]["1gm-2lm"]["allocation_p50"]["half_width"] == pytest.approx(0.0)
+    runs = {run["name"]: run["allocation"]["overall"]["p99"] for run in data["runs"]}
+    ratios = [runs[f"2gm-2lm/seed-{seed}"] / runs[f"1gm-2lm/seed-{seed}"] for seed in (0, 1)]
+    assert paired["by_value"]["2gm-2lm"]["allocation_p99"] == pytest.approx(
+        mean_interval(ratios))
     # the seeds drew different workloads: the two runs of a value differ
     first = summary["by_value"]["1gm-2lm"]["jct_mean"]["values"]
     assert first[0] != first[1]
     shown = capsys.readouterr().out
-    assert "±" in shown and "seeds 0 to 1" in shown
+    assert "±" in shown and "seeds 0 to 1" in shown and "paired over the 2 seeds" in shown
 
 
 def test_one_seed_is_one_run_per_value_as_before(tmp_path):
