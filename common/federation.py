@@ -152,6 +152,7 @@ from common.policies.job import (
     RuntimeHistoryOptions,
     SamplingOptions,
 )
+from common.policies.jobs.history import FinishedJob
 from common.policies.local_queue import LOCAL_QUEUE_POLICIES, LocalQueueOptions
 from common.policies.placement import PLACEMENT_POLICIES
 from common.policies.registry import Registry
@@ -361,10 +362,21 @@ class SLearnOptions(_Table):
         return SamplingOptions(**self.model_dump())
 
 
+class TrainingJob(_Table):
+    """[[policies.history.training]]: a job the history predictors know before the first
+    arrival, as if they had seen it finish."""
+
+    name: str | None = None  # a recurring job's template
+    user: str
+    width: AtLeastOne  # its tasks
+    mean_task_runtime: Annotated[float, Field(ge=0, allow_inf_nan=False)]  # seconds
+
+
 class HistoryOptions(_Table):
     # 3sigma, point-est: finished jobs kept per feature value, and needed before predicting
     history_window: AtLeastOne = 20
     min_history: AtLeastOne = 2
+    training: tuple[TrainingJob, ...] = ()  # known before the first arrival, oldest first
 
     @model_validator(mode="after")
     def _fits(self) -> HistoryOptions:
@@ -374,7 +386,9 @@ class HistoryOptions(_Table):
         return self
 
     def resolve(self) -> RuntimeHistoryOptions:
-        return RuntimeHistoryOptions(**self.model_dump())
+        return RuntimeHistoryOptions(self.history_window, self.min_history, tuple(
+            FinishedJob(job.name, job.user, job.width, job.mean_task_runtime)
+            for job in self.training))
 
 
 class LPOptions(_Table):

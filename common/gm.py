@@ -413,6 +413,8 @@ class GlobalMaster:
         task.state, task.reason = new, reason
         if (old in WAITING_STATES) != (new in WAITING_STATES):
             self.waiting += 1 if new in WAITING_STATES else -1
+        if (old is TaskState.RUNNING) != (new is TaskState.RUNNING):  # las: service so far
+            task.job.progress.ran(task.index, step.now if new is TaskState.RUNNING else None)
         if (old in ACTIVE_STATES) != (new in ACTIVE_STATES):
             self._backlog.occupy(task.job, 1 if new in ACTIVE_STATES else -1)
             self.placer.moved(task.spec.task_id, task.live, task.job.spec.user,

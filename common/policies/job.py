@@ -11,10 +11,11 @@ The policies (`jobs/predictors.py`) differ only in how they learn a job's size:
 - `fifo`: Megha's order, by arrival; no levels.
 - `slearn`: runs a few pilot tasks of each wide job first, and places the job by their mean
   runtime times its width; thin jobs go straight to the top (`jobs/sampling.py`: the ratio).
-- `las`: least attained service: every job starts at the top and moves down as the summed
-  runtime of its finished tasks crosses each level's bound.
-- `3sigma`, `point-est`: from the history of similar jobs (`jobs/history.py`); `3sigma-tl`
-  also sends thin jobs to the top as slearn does.
+- `las`: least attained service: every job starts at the top and moves down as its attained
+  service (its finished tasks' runtimes and its running tasks' time so far) crosses each
+  level's bound.
+- `3sigma`, `3sigma-mean`, `point-est`: from the history of similar jobs (`jobs/history.py`),
+  which may start trained; `3sigma-tl` also sends thin jobs to the top as slearn does.
 - `oracle`: knows each job's true size.
 
 One policy orders by job weight (`jobs/weighted.py`):
@@ -44,6 +45,7 @@ from common.policies.registry import Registry
 
 if TYPE_CHECKING:
     from common.models import JobSpec
+    from common.policies.jobs.history import FinishedJob
     from common.policies.jobs.ladder import QueueLadder
 
 
@@ -74,6 +76,9 @@ class JobProgress:
     estimate: float | None = None  # estimated total work, task-seconds
     sampling_ratio: float | None = None  # slearn: the share of its tasks run as pilots
     level: int = 0  # its priority queue (0 the highest); the policy keeps it
+    # its tasks running now: index -> when that attempt started, by the GM's clock (the GM
+    # keeps it, `ran`; las counts their time so far in the job's attained service)
+    running: dict[int, float] = field(default_factory=dict)
 
     @property
     def remaining(self) -> int:
@@ -101,6 +106,14 @@ class JobProgress:
         return cls(len(job.tasks), seq, job.arrival, job.estimated_task_duration, user=job.user,
                    name=job.name, true_work=true_work, admitted_at=now, weight=job.weight,
                    cpu_work=cpu_work, mem_work=mem_work, longest_stated=longest)
+
+    def ran(self, index: int, since: float | None) -> None:
+        """Task `index` started running at `since`, or stopped running (None: it finished,
+        was preempted or lost)."""
+        if since is None:
+            self.running.pop(index, None)
+        else:
+            self.running[index] = since
 
     def finish(self, runtime: float) -> None:
         """One of its tasks finished after `runtime` seconds."""
@@ -151,6 +164,9 @@ class RuntimeHistoryOptions:
 
     history_window: int = 20  # finished jobs kept per feature value
     min_history: int = 2  # needed before predicting
+    # jobs known before the first arrival, in the order they finished (the SLearn paper trains
+    # 3Sigma on the first half of each trace); each checks itself when made
+    training: tuple[FinishedJob, ...] = ()
 
     def __post_init__(self) -> None:
         _at_least_one("history_window", self.history_window)

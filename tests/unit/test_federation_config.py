@@ -449,7 +449,8 @@ def test_a_federation_needs_a_queue_for_each_gm() -> None:
 
 def test_policy_errors_list_the_known_names() -> None:
     cases = [('job = "lifo"',
-              "3sigma, 3sigma-tl, fewest-tasks, fifo, las, lp, oracle, point-est, psrs, slearn"),
+              "3sigma, 3sigma-mean, 3sigma-tl, fewest-tasks, fifo, las, lp, oracle, point-est, "
+              "psrs, slearn"),
              ('fairness = "drf"', "fair_share, fair_share_paper, none"),
              ('placement = "worst_fit"', "best_fit, first_fit, tetris"),
              ('local_queue = "lifo"', "fifo, srpt")]

@@ -113,9 +113,9 @@ def test_history_predicts_from_the_least_varying_feature() -> None:
     assert history.samples(features("new", "u1", 12)) == [10.0, 12.0, 100.0]
 
 
-def test_3sigma_takes_the_histories_mean_point_est_its_median() -> None:
+def test_3sigma_mean_takes_the_histories_mean_point_est_its_median() -> None:
     rng = random.Random(0)
-    for policy_name, expected in (("3sigma", 40.0 * 4), ("point-est", 10.0 * 4)):
+    for policy_name, expected in (("3sigma-mean", 40.0 * 4), ("point-est", 10.0 * 4)):
         policy = JOB_POLICIES.make(policy_name)
         for runtime in (10.0, 10.0, 100.0):
             done = progress(4, name="etl")

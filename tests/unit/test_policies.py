@@ -25,7 +25,8 @@ def progress(tasks: int, seq: int = 1) -> JobProgress:
 
 
 def test_unknown_policies_are_named_in_the_error() -> None:
-    known = "3sigma, 3sigma-tl, fewest-tasks, fifo, las, lp, oracle, point-est, psrs, slearn, wspt"
+    known = ("3sigma, 3sigma-mean, 3sigma-tl, fewest-tasks, fifo, las, lp, oracle, point-est, "
+             "psrs, slearn, wspt")
     with pytest.raises(InvalidInput, match=f"unknown policy 'lifo' \\(known: {known}\\)"):
         JOB_POLICIES.make("lifo")
     with pytest.raises(InvalidInput, match="fairness"):

@@ -3,7 +3,8 @@ own way of learning a job's size. They share the ladder, FIFO within a level and
 sharing across levels, so that they differ only in how they estimate (as in the SLearn
 paper's comparison). A job's *work* is its total task runtime, in task-seconds. Each is made
 with the family's `JobOptions` and reads its parts: the ladder `options.queues`, the history
-policies `options.history`, slearn (and 3sigma-tl's thin limit) `options.slearn`.
+policies `options.history` (with the jobs they are trained on), slearn (and 3sigma-tl's thin
+limit) `options.slearn`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ import random
 from collections.abc import Callable
 
 from common.policies.job import JOB_DEFAULTS, JOB_POLICIES, JobOptions, JobProgress
-from common.policies.jobs.history import RuntimeHistory, expected, features, point
+from common.policies.jobs.history import (
+    RuntimeHistory,
+    features,
+    history_mean,
+    point,
+    utility_estimate,
+)
 from common.policies.jobs.ladder import THIN_LIMIT, QueueLadder
 from common.policies.jobs.sampling import AdaptiveSampling
 
@@ -73,17 +80,74 @@ class OraclePolicy(LadderPolicy):
         self._estimated(job, job.true_work)
 
 
+# las looks again at least this often (seconds of the GM's clock): a task that starts after
+# a look makes its job attain service faster than that look foresaw, and a job with r tasks
+# running can then be up to r times this many task-seconds late to go down
+LAS_LOOK_EVERY = 1.0
+
+
 @JOB_POLICIES.register("las")
 class LeastAttainedServicePolicy(LadderPolicy):
-    """Every job starts at the top and moves down as its finished tasks' summed runtime
-    (its attained service) crosses each level's bound; no estimate."""
+    """Least attained service: every job starts at the top and moves down as its attained
+    service crosses each level's bound; no estimate. A job's attained service is the runtime
+    its tasks have had so far: its finished tasks' runtimes and the time each running task
+    has run (from the starts the GM records in `JobProgress.running`), so a wide job of long
+    tasks goes down while they run, not when the first of them ends.
+
+    Service grows with the clock, so las re-levels as the lp policy re-keys: the GM asks it
+    before every pass (`reorder`), and it looks at its jobs when the next one may cross a
+    bound at the rate it attains service now, and at least every `LAS_LOOK_EVERY`. A job
+    never moves up: service attained is not lost when a task is preempted."""
+
+    last = None  # nothing to log of a look (`Reordering`)
+
+    def __init__(self, options: JobOptions = JOB_DEFAULTS) -> None:
+        super().__init__(options)
+        self._jobs: dict[int, JobProgress] = {}  # unfinished, by arrival order
+        self._now = 0.0  # the GM's clock at its last pass
+        self._next_look = 0.0
+
+    def admit(self, job: JobProgress, rng: random.Random) -> None:
+        super().admit(job, rng)
+        self._jobs[job.seq] = job
 
     def task_finished(self, job: JobProgress, index: int, runtime: float) -> bool:
-        job.level = self.ladder.level_of(job.attained)
+        self._place(job, self._now)
         return False
 
+    def reorder(self, now: float, capacity: tuple[float, float]) -> bool:
+        """True when a job changed level (the GM then refiles its jobs)."""
+        self._now = now
+        if now < self._next_look:
+            return False
+        moved, next_look, limits = False, now + LAS_LOOK_EVERY, self.ladder.limits
+        for job in self._jobs.values():
+            moved |= self._place(job, now)
+            if job.running and job.level < len(limits):
+                rate = len(job.running)  # task-seconds attained per second
+                next_look = min(next_look, now + (limits[job.level] - attained(job, now)) / rate)
+        self._next_look = next_look
+        return moved
+
+    def job_ended(self, job: JobProgress) -> None:
+        self._jobs.pop(job.seq, None)
+
     def worker_priority(self, job: JobProgress) -> float:
-        return job.attained
+        return attained(job, self._now)
+
+    def _place(self, job: JobProgress, now: float) -> bool:
+        """Move the job down to the level of its service at `now`; True if it moved."""
+        level = self.ladder.level_of(attained(job, now))
+        if level <= job.level:
+            return False
+        job.level = level
+        return True
+
+
+def attained(job: JobProgress, now: float) -> float:
+    """A job's attained service at `now`, task-seconds: its finished tasks' runtimes and what
+    its running tasks have run so far."""
+    return job.attained + sum(now - since for since in job.running.values())
 
 
 class HistoryPolicy(LadderPolicy):
@@ -95,8 +159,9 @@ class HistoryPolicy(LadderPolicy):
 
     def __init__(self, options: JobOptions = JOB_DEFAULTS) -> None:
         super().__init__(options)
-        self.history = RuntimeHistory(options.history.history_window,
-                                      options.history.min_history)
+        history = options.history
+        self.history = RuntimeHistory(history.history_window, history.min_history,
+                                      history.training)
 
     def admit(self, job: JobProgress, rng: random.Random) -> None:
         super().admit(job, rng)
@@ -113,7 +178,9 @@ class HistoryPolicy(LadderPolicy):
 
 @JOB_POLICIES.register("3sigma")
 class ThreeSigmaPolicy(HistoryPolicy):
-    summary = expected
+    """The estimate of the highest expected utility over the history (`utility_estimate`)."""
+
+    summary = utility_estimate
 
 
 @JOB_POLICIES.register("3sigma-tl")
@@ -121,6 +188,13 @@ class ThreeSigmaThinPolicy(ThreeSigmaPolicy):
     def __init__(self, options: JobOptions = JOB_DEFAULTS) -> None:
         super().__init__(options)
         self.thin_threshold = options.slearn.thin_threshold  # slearn's only option it reads
+
+
+@JOB_POLICIES.register("3sigma-mean")
+class ThreeSigmaMeanPolicy(HistoryPolicy):
+    """3Sigma's features and history, estimating by the history's mean (the expected size)."""
+
+    summary = history_mean
 
 
 @JOB_POLICIES.register("point-est")
