@@ -8,7 +8,8 @@ durations only, so:
 - **jobs**: the trace's first `jobs` jobs with at most `max_tasks` tasks; durations as given.
 - **demands** are synthesized per job (a job's tasks ask alike, as in real traces): cpu and
   memory each log-uniform between 2% and 50% of a machine, independently. Machines have
-  capacity 1 in both.
+  capacity 1 in each. `resources=1` (the paper's model: it packs memory alone) keeps the
+  memory demand only; the draws are the same, so the two models differ in cpu alone.
 - **placement**: `single`: each task's one machine, uniformly at random (the trace's machine
   mapped onto ours), nowhere else. `placement`: `local` distinct random machines at the
   trace's duration (3, as HDFS keeps three replicas), any other machine at `remote_factor`
@@ -74,8 +75,12 @@ def offered_load(instance: Instance) -> float:
 
 def build_instance(trace: Sequence[TraceJob], *, jobs: int, max_tasks: int, machines: int,
                    setting: str, weights: str, seed: int, load: float | None = None,
-                   local: int = 3, remote_factor: float = 1.5) -> Instance:
-    """`load=None`: offline (every release at 0); otherwise online at that offered load."""
+                   local: int = 3, remote_factor: float = 1.5, resources: int = 1) -> Instance:
+    """`load=None`: offline (every release at 0); otherwise online at that offered load.
+    `resources`: 1 (memory, the paper's model) or 2 (cpu and memory)."""
+    if resources not in (1, 2):
+        raise InvalidInput("--resources", f"must be 1 (memory) or 2 (cpu and memory), got "
+                                          f"{resources!r}")
     if setting not in ("single", "placement"):
         raise InvalidInput("--settings", f"unknown setting {setting!r} (single, placement)")
     if machines < 1:
@@ -93,7 +98,7 @@ def build_instance(trace: Sequence[TraceJob], *, jobs: int, max_tasks: int, mach
     rng = random.Random(seed)
     records = []
     for j, source in enumerate(chosen):
-        demand = tuple(_log_uniform(rng, *DEMAND_RANGE) for _ in range(2))
+        demand = tuple(_log_uniform(rng, *DEMAND_RANGE) for _ in range(2))[2 - resources:]
         weight = _weight(weights, rng)
         tasks = []
         for i, duration in enumerate(source.durations):
@@ -104,8 +109,9 @@ def build_instance(trace: Sequence[TraceJob], *, jobs: int, max_tasks: int, mach
             tasks.append(Task(j, i, demand, max(duration, 1e-3), placement, factor))
         release = source.arrival - chosen[0].arrival
         records.append(Job(j, f"trace-line-{source.line}", weight, release, tuple(tasks)))
-    capacities = tuple((1.0, 1.0) for _ in range(machines))
+    capacities = tuple((1.0,) * resources for _ in range(machines))
     description = {"setting": setting, "weights": weights, "jobs": len(records),
+                   "resources": resources,
                    "tasks": sum(len(job.tasks) for job in records), "machines": machines,
                    "max_tasks": max_tasks, "seed": seed}
     if setting == "placement":

@@ -1,36 +1,42 @@
 """`megha experiment packing`: the packing-and-placement paper's study (its section 7).
 
-Parallel-task jobs of a trace packed onto `--machines` machines (default 10) with two resources,
-for the least weighted completion time (simulator/packing_workload.py says how the instances
-are built from the trace and what is synthesized). Two placement settings:
+Parallel-task jobs of a trace packed onto `--machines` machines (default 10), for the least
+weighted completion time (simulator/packing_workload.py says how the instances are built from
+the trace and what is synthesized). `--resources 1` (the default) packs memory alone, the
+paper's model; `--resources 2` packs cpu and memory. Two placement settings:
 
 - `single`: every task has one machine (the paper's original trace, where each task has its
   machine): the preemptive algorithms, lp-single (ordering LP), psrs and tetris-p, and the
   non-preemptive wspt, fifo and jsq-mw for reference;
 - `placement`: every task has `--local` machines (default 3) and runs `--remote-factor` times
-  slower elsewhere (default 1.5): the non-preemptive lp-np (interval LP without migration),
-  tetris-np, jsq-mw, wspt and fifo, and the preemptive, migrating lp-migrate (interval LP
-  with migration), measured against the bound of its own class (the LP with migration).
+  slower elsewhere (default 1.5; a list sweeps it, the paper's Figure 2c): the non-preemptive
+  lp-np (the paper's algorithm: LP without migration, slow motion, machine-interval matching),
+  lp-np-greedy (our greedy heuristic on the same LP), tetris-np, jsq-mw, wspt and fifo, and
+  the preemptive, migrating lp-migrate (interval LP with migration), measured against the
+  bound of its own class (the LP with migration).
 
 Each setting runs offline (the first `--offline-jobs` jobs, default 25, all at time 0: the
 backlog of a saturated cluster) and online (the first `--jobs` jobs, default 150, arriving as
-in the trace, scaled to each offered load of `--loads`, default 1), under the three weight
-schemes of `--weights` (equal, random, priority). Every run reports its weighted mean JCT
-(completion minus release) beside the LP lower bound of its instance: the ordering LP in the
-single setting, the interval LP without migration in the placement setting (the bound of every
-non-migrating schedule); each run's ratio to it, and to the best baseline.
+in the trace, scaled to each offered load of `--loads`, default 1; a list sweeps it, the
+paper's Figure 3c), under the three weight schemes of `--weights` (equal, random, priority).
+Every run reports its weighted mean JCT (completion minus release) beside the LP lower bound
+of its instance: the ordering LP in the single setting, the interval LP without migration in
+the placement setting (the bound of every non-migrating schedule); each run's ratio to it,
+and to the best baseline.
 
 The paper's claim, in direction: its LP-ordered algorithms beat PSRS, Tetris and JSQ-MW,
-offline and online, for all three weightings, and stay within a small factor of the bound.
+offline and online, for all three weightings, and stay within a small factor of the bound
+(docs/packing.md says where ours do not, and why).
 
 Writes `results.json` (the experiments' schema: `runs[].name`, `jct`, `allocation`, `counts`,
 plus `weighted_jct`, `lp_bound`, `ratio_to_bound`, `ratio_to_best_baseline` and a JCT CDF),
-`table.txt`, and with `--html` a page with the tables and the CDFs.
+`table.txt` (the ratio table, and per swept load or remote factor a table of the ratio across
+its values), and with `--html` a page with the tables and the CDFs.
 
-A point (setting, mode, load, weights) is one run of the sweep (simulator/sweep.py, a pool of
-`--workers` processes or `--dask`'s cluster): its instance, its LP bound and all its
-algorithms together, so that the bound and lp-np's order stay one solve of the whole
-instance's LP (lp.py keeps it, in the process that solved it).
+A point (setting, mode, load, remote factor, weights) is one run of the sweep
+(simulator/sweep.py, a pool of `--workers` processes or `--dask`'s cluster): its instance, its
+LP bound and all its algorithms together, so that the bound and lp-np-greedy's order stay one
+solve of the whole instance's LP (lp.py keeps it, in the process that solved it).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from __future__ import annotations
 import argparse
 import base64
 import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +60,7 @@ from simulator.experiments.common import (
     add_values_option,
     at_least,
     listed,
+    numbers,
     parse_loads,
 )
 from simulator.experiments.registry import EXPERIMENTS
@@ -71,14 +79,16 @@ DEFAULT_LOADS = "1"
 MAX_TASKS = 50
 ALGORITHMS = {
     "single": ("lp-single", "psrs", "tetris-p", "wspt", "fifo", "jsq-mw"),
-    "placement": ("lp-np", "lp-migrate", "tetris-np", "jsq-mw", "wspt", "fifo"),
+    "placement": ("lp-np", "lp-np-greedy", "lp-migrate", "tetris-np", "jsq-mw", "wspt", "fifo"),
 }
-OURS = {"lp-single", "lp-np", "lp-migrate"}
+OURS = {"lp-single", "lp-np", "lp-np-greedy", "lp-migrate"}
 # Schedules that migrate are bounded by the LP with migration, not by the setting's bound (the
 # LP without migration bounds only schedules that keep each task on one machine).
 MIGRATING = {"lp-migrate"}
 PAPER_BASELINES = {"psrs", "tetris-p", "tetris-np", "jsq-mw"}
 MODES = ("offline", "online")
+RESOURCES = {1: "one resource (memory, the paper's model)", 2: "two resources (cpu and memory)"}
+SWEPT = {"load": "offered load", "remote_factor": "remote factor"}  # what a list sweeps
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,7 @@ class Study:
     online_jobs: int
     seed: int
     local: int
-    remote_factor: float
+    resources: int
     algorithms: tuple[str, ...] | None  # --values: None for each setting's own
     options: PackingOptions
 
@@ -128,9 +138,12 @@ class Packing:
                            help=f"the online runs' offered loads (default {DEFAULT_LOADS})")
         group.add_argument("--local", type=int, default=3,
                            help="a task's local machines in the placement setting (default 3)")
-        group.add_argument("--remote-factor", type=float, default=1.5,
-                           help="how much slower a task runs off its local machines "
-                                "(default 1.5)")
+        group.add_argument("--remote-factor", default="1.5",
+                           help="how much slower a task runs off its local machines (default "
+                                "1.5; a comma-separated list sweeps it)")
+        group.add_argument("--resources", type=int, default=1,
+                           help="resources packed: 1 (memory, the paper's model; default) or "
+                                "2 (cpu and memory)")
         group.add_argument("--resolve-first", type=float, default=None,
                            help="online: seconds to the LP algorithms' first re-solve (default "
                                 "10 x the mean inter-arrival time, the paper's)")
@@ -150,24 +163,28 @@ class Packing:
                                        and args.resolve_first <= 0):
             raise InvalidInput("--resolve-growth", "the re-solve intervals must be > 0 s and "
                                                    "grow by a factor >= 1")
+        if args.resources not in RESOURCES:
+            raise InvalidInput("--resources", f"must be 1 (memory) or 2 (cpu and memory), got "
+                                              f"{args.resources}")
         points = _points(args)
         algorithms = (None if args.values is None else
                       listed(args.values, PACKING_POLICIES.names(), "--values",
                              "a packing algorithm"))
         study = Study(machines=args.machines, offline_jobs=args.offline_jobs,
                       online_jobs=args.jobs, seed=args.seed, local=args.local,
-                      remote_factor=args.remote_factor, algorithms=algorithms,
+                      resources=args.resources, algorithms=algorithms,
                       options=PackingOptions(resolve_first=args.resolve_first,
-                                             resolve_growth=args.resolve_growth))
+                                             resolve_growth=args.resolve_growth,
+                                             seed=args.seed))
         return PackingStudyOptions(study, points, args.trace)
 
     def describe(self, options: PackingStudyOptions) -> str:
         study = options.study
         algorithms = ", ".join(study.algorithms) if study.algorithms else "each setting's own"
-        return (f"{study.machines} machines (cpu and memory 1 each), jobs of {options.trace} "
-                f"with at most {MAX_TASKS} tasks; offline {study.offline_jobs} jobs at 0, "
-                f"online {study.online_jobs} jobs; {len(options.points)} settings; algorithms "
-                f"{algorithms}")
+        return (f"{RESOURCES[study.resources]}; {study.machines} machines of capacity 1, jobs "
+                f"of {options.trace} with at most {MAX_TASKS} tasks; offline "
+                f"{study.offline_jobs} jobs at 0, online {study.online_jobs} jobs; "
+                f"{len(options.points)} settings; algorithms {algorithms}")
 
     def runs(self, options: PackingStudyOptions, logs: Path | None) -> list[Run]:
         trace = read_trace(options.trace).jobs
@@ -190,9 +207,9 @@ class Packing:
         document = results_document("packing", runs, settings={
             "machines": study.machines, "offline_jobs": study.offline_jobs,
             "online_jobs": study.online_jobs, "local": study.local,
-            "remote_factor": study.remote_factor, "trace": str(options.trace),
+            "resources": study.resources, "trace": str(options.trace),
             "seed": study.seed, "bounds": bounds})
-        tables = (ratio_table(runs, bounds),)
+        tables = (ratio_table(runs, bounds), *sweep_tables(runs))
         return [Report(document, tables, _page(runs, bounds, tables))]
 
 
@@ -212,9 +229,8 @@ def _run_record(instance: Instance, run: PackingRun, bound: float, point: dict) 
     jcts = np.array([run.completion[j] - instance.jobs[j].release for j in run.completion])
     waits = np.array([run.first_start[j] - instance.jobs[j].release for j in run.first_start])
     quantiles = np.linspace(0, 1, 101)
-    mode = point["mode"] if point["mode"] == "offline" else f"load {point['load']:g}"
     return point | {
-        "name": f"{run.algorithm} {point['setting']} {mode} {point['weights']}",
+        "name": f"{run.algorithm} {_column(point)}",
         "algorithm": run.algorithm,
         "weighted_jct": run.weighted_jct,
         "lp_bound": bound,
@@ -238,9 +254,17 @@ def _points(args: argparse.Namespace) -> tuple[dict, ...]:
     weights = listed(args.weights, WEIGHTS, "--weights", "a weight scheme")
     modes = listed(args.modes, MODES, "--modes", "a mode")
     loads = parse_loads(args.loads)
-    return tuple({"setting": setting, "mode": mode, "load": load, "weights": scheme}
+    factors = numbers(args.remote_factor, "--remote-factor")
+    for factor in factors:
+        if not (math.isfinite(factor) and factor >= 1):
+            raise InvalidInput("--remote-factor", f"a remote factor must be >= 1, got "
+                                                  f"{factor:g}")
+    return tuple({"setting": setting, "mode": mode, "load": load, "remote_factor": factor,
+                  "weights": scheme}
                  for setting in settings for mode in modes
-                 for load in ([None] if mode == "offline" else loads) for scheme in weights)
+                 for load in ([None] if mode == "offline" else loads)
+                 for factor in (factors if setting == "placement" else [None])
+                 for scheme in weights)
 
 
 def _solve_point(trace: list[TraceJob], study: Study, point: dict) -> tuple[dict, list[dict]]:
@@ -251,11 +275,11 @@ def _solve_point(trace: list[TraceJob], study: Study, point: dict) -> tuple[dict
         trace, jobs=study.online_jobs if online else study.offline_jobs, max_tasks=MAX_TASKS,
         machines=study.machines, setting=point["setting"], weights=point["weights"],
         seed=study.seed, load=point["load"], local=study.local,
-        remote_factor=study.remote_factor)
+        remote_factor=point["remote_factor"] or 1.0,  # None: the single setting's, unused
+        resources=study.resources)
     solution = _bound(instance, point["setting"])
     bound = lp.weighted_mean_bound(instance, solution)
-    mode = "offline" if not online else f"online at load {point['load']:g}"
-    print(f"  {point['setting']} {mode}, {point['weights']} weights: "
+    print(f"  {_column(point)}: "
           f"{instance.description['tasks']} tasks; LP bound {bound:.1f} s "
           f"({solution.kind} LP, {solution.variables} variables, "
           f"{solution.seconds:.2f} s{', ' + solution.reduced if solution.reduced else ''})",
@@ -273,7 +297,7 @@ def _solve_point(trace: list[TraceJob], study: Study, point: dict) -> tuple[dict
         here.append(_run_record(instance, result, own, point) | {"bound_lp": kind})
         lp_note = (f"  LP {result.figures['lp_solves']}x {result.figures['lp_seconds']:.2f} s"
                    if "lp_solves" in result.figures else "")
-        print(f"    {algorithm:10} weighted JCT {result.weighted_jct:9.1f} s  "
+        print(f"    {algorithm:12} weighted JCT {result.weighted_jct:9.1f} s  "
               f"/ bound {result.weighted_jct / own:5.2f}  preemptions "
               f"{result.counts['preemptions']:5}  remote starts "
               f"{result.counts['remote_starts']:5}  {result.seconds:5.2f} s{lp_note}",
@@ -291,7 +315,8 @@ def _solve_point(trace: list[TraceJob], study: Study, point: dict) -> tuple[dict
 
 def _column(point: dict) -> str:
     mode = "offline" if point["mode"] == "offline" else f"load {point['load']:g}"
-    return f"{point['setting']} {mode} {point['weights']}"
+    factor = f" rf {point['remote_factor']:g}" if point.get("remote_factor") else ""
+    return f"{point['setting']}{factor} {mode} {point['weights']}"
 
 
 def ratio_table(runs: list[dict], bounds: list[dict]) -> Table:
@@ -324,6 +349,50 @@ def ratio_table(runs: list[dict], bounds: list[dict]) -> Table:
                       *[f"{b['lp_migration_bound']:.1f}" if b.get("lp_migration_bound")
                         else "-" for b in bounds])
     return shown
+
+
+def sweep_tables(runs: list[dict]) -> list[Table]:
+    """Per swept quantity (offered load, remote factor) with more than one value: the ratio
+    to the LP bound of each algorithm across its values, a row per setting, weights and
+    algorithm (the other quantities held)."""
+    tables = []
+    for swept, label in SWEPT.items():
+        values = sorted({r[swept] for r in runs if r[swept] is not None})
+        if len(values) < 2:
+            continue
+        by: dict[tuple, dict] = {}
+        for record in runs:
+            if record[swept] is None:
+                continue
+            row = (_held(record, swept), record["weights"], record["algorithm"])
+            by.setdefault(row, {})[record[swept]] = record
+        shown = Table(title=f"Weighted mean JCT / LP lower bound across the {label} (in "
+                            f"brackets: over the best of psrs, tetris, jsq-mw)")
+        for column in ("setting", "weights", "algorithm"):
+            shown.add_column(column)
+        for value in values:
+            shown.add_column(f"{value:g}")
+        for row, cells in by.items():
+            shown.add_row(*row, *[_ratio_cell(cells.get(value)) for value in values])
+        tables.append(shown)
+    return tables
+
+
+def _held(record: dict, swept: str) -> str:
+    """The setting of a sweep's row: what it holds while `swept` varies."""
+    held = record["setting"]
+    if swept != "remote_factor" and record["remote_factor"]:
+        held += f" rf {record['remote_factor']:g}"
+    if record["mode"] == "offline":
+        return held + " offline"
+    return held + (" online" if swept == "load" else f" load {record['load']:g}")
+
+
+def _ratio_cell(record: dict | None) -> str:
+    if record is None:
+        return "-"
+    versus = record.get("ratio_to_best_baseline")
+    return f"{record['ratio_to_bound']:.2f}" + (f" ({versus:.2f}x)" if versus else "")
 
 
 def _page(runs: list[dict], bounds: list[dict], tables: tuple[Table, ...]) -> Page:

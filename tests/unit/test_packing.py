@@ -198,20 +198,24 @@ def test_placement_sets_every_schedule_is_valid_and_above_its_bound(
         assert bound <= cost + 1e-6, (algorithm, cost, bound)
 
 
-def test_a_non_preemptive_scheduler_never_preempts_and_lp_np_follows_the_lp() -> None:
+@pytest.mark.parametrize("algorithm", ["lp-np", "lp-np-greedy"])
+def test_a_non_preemptive_scheduler_never_preempts_and_lp_np_follows_the_lp(
+        algorithm: str) -> None:
     instance = _placement_instance(seed=5)
-    run = simulate(instance, "lp-np", record=True)
+    run = simulate(instance, algorithm, record=True)
     assert run.counts["preemptions"] == 0 and run.figures["lp_solves"] == 1
     check_schedule(instance, run, preemptive=False)
 
 
-def test_lp_np_waits_for_the_local_machine_the_lp_chose_where_greedy_goes_remote() -> None:
+@pytest.mark.parametrize("algorithm", ["lp-np", "lp-np-greedy"])
+def test_lp_np_waits_for_the_local_machine_the_lp_chose_where_greedy_goes_remote(
+        algorithm: str) -> None:
     # both tasks fill machine 0, their data's; machine 1 would take 10x as long
     instance = Instance(((1.0,), (1.0,)), (job(0, [1.0], remote=10.0),
                                            job(1, [1.0], remote=10.0))).validate()
     greedy = simulate(instance, "wspt")
     assert greedy.counts["remote_starts"] == 1 and max(greedy.completion.values()) == 10.0
-    run = simulate(instance, "lp-np", record=True)
+    run = simulate(instance, algorithm, record=True)
     assert run.counts["remote_starts"] == 0
     assert sorted(run.completion.values()) == [1.0, 2.0]
     check_schedule(instance, run, preemptive=False)
@@ -260,8 +264,8 @@ def test_the_experiment_runs_end_to_end_at_a_tiny_size(tmp_path) -> None:
     results = json.loads((out / "results.json").read_text())
     assert results["experiment"] == "packing"
     names = {run["name"] for run in results["runs"]}
-    # (6 single + 6 placement algorithms) x (offline, online) x 2 weight schemes
-    assert len(names) == len(results["runs"]) == (6 + 6) * 2 * 2
+    # (6 single + 7 placement algorithms) x (offline, online) x 2 weight schemes
+    assert len(names) == len(results["runs"]) == (6 + 7) * 2 * 2
     for run in results["runs"]:
         assert {"jct", "allocation", "counts", "weighted_jct", "lp_bound"} <= set(run)
         assert run["ratio_to_bound"] >= 1.0 - 1e-6, run["name"]

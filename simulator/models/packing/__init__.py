@@ -7,7 +7,8 @@ least weighted completion time (the packing-and-placement paper's model and algo
   ordering LP, solved with HiGHS: the algorithms' job orders and the lower bound every
   schedule is compared to.
 - `schedulers`: the decision interface (`PackingPolicy`) and its registry; `ordered` (the
-  LP-ordered algorithms, WSPT and FIFO) and `baselines` (PSRS, Tetris, JSQ-MaxWeight)
+  LP-ordered algorithms, WSPT and FIFO), `mapping` (the paper's non-preemptive algorithm:
+  slow motion, machine-interval matching) and `baselines` (PSRS, Tetris, JSQ-MaxWeight)
   register into it when this package is imported (below), so `PACKING_POLICIES` is whole
   wherever it is read.
 
@@ -18,7 +19,7 @@ policies `wspt` and `lp` (common/policies/jobs/: the pooled LP) and per-task pla
 the simulator has.
 """
 
-from simulator.models.packing import baselines, ordered  # noqa: F401 (they register)
+from simulator.models.packing import baselines, mapping, ordered  # noqa: F401 (they register)
 from simulator.models.packing.schedulers import PACKING_POLICIES
 
 __all__ = ["PACKING_POLICIES"]

@@ -25,7 +25,9 @@ on a large cluster that is too many, so above `exact_columns` columns each task 
 local machines and one *pooled remote* column, which only the cluster-wide capacity bounds
 (Σ over all columns of volume <= total capacity x e_l). That is still a relaxation, so the
 bound stays a bound; the paper instead sampled a few remote machines per task, which helps the
-ordering but would not bound. The solution says which it used (`reduced`).
+ordering but would not bound. `sample_remote` does that, for a scheduler that needs every
+column to be a real machine (`lp-np` maps tasks to them). The solution says which it used
+(`reduced`). A task never has a column on a machine it does not fit.
 
 **Ordering LP** (`ordering_lp`, single-machine placement sets only). One variable per pair of
 jobs, the share of "i finishes before j"; on every machine m where j has work,
@@ -39,6 +41,7 @@ Pure computation (numpy, scipy's HiGHS); `seconds` is the solver's wall time, fo
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -67,15 +70,24 @@ class LPSolution:
     variables: int
     rows: int
     reduced: str | None = None  # what was relaxed to keep it small, if anything
-    # (job, task) -> {machine or POOL: share of the task the LP put there}
-    mass: dict[TaskKey, dict[int, float]] = field(default_factory=dict)
-    # (job, task) -> the end of the interval by which the LP has half the task done
-    half_done: dict[TaskKey, float] = field(default_factory=dict)
+    # the interval LP's intervals' ends, absolute times
+    ends: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # (job, task) -> {machine or POOL: share of the task done there by each interval's end}
+    done: dict[TaskKey, dict[int, np.ndarray]] = field(default_factory=dict)
 
     def order(self, instance: Instance) -> list[int]:
         """Job ids by LP completion, ties by larger weight then id."""
         return sorted(self.completion, key=lambda j: (self.completion[j],
                                                       -instance.jobs[j].weight, j))
+
+    def mass(self, key: TaskKey) -> dict[int, float]:
+        """{machine or POOL: share of the task the LP put there}."""
+        return {machine: float(done[-1]) for machine, done in self.done[key].items()}
+
+    def half_done(self, key: TaskKey) -> float:
+        """The end of the interval by which the LP has half the task done."""
+        done = np.sum(list(self.done[key].values()), axis=0)
+        return float(self.ends[int(np.argmax(done >= 0.5 - 1e-9))])
 
 
 def weighted_mean_bound(instance: Instance, solution: LPSolution) -> float:
@@ -139,23 +151,46 @@ class _Rows:
                 np.array(self.rhs, dtype=float))
 
 
-def _columns(instance: Instance, share: Mapping[TaskKey, float],
-             exact_columns: int) -> tuple[list[tuple[TaskKey, int, float]], str | None]:
-    """(task, machine or POOL, duration of what is left of it there) for every column."""
+def _fitting(instance: Instance, task: Task) -> list[int]:
+    """The machines `task` may run on and fits (no schedule runs it elsewhere), local first."""
+    return [m for m in instance.allowed(task)
+            if all(d <= c for d, c in zip(task.demand, instance.capacities[m], strict=True))]
+
+
+def _columns(instance: Instance, share: Mapping[TaskKey, float], exact_columns: int,
+             sample: bool) -> tuple[list[tuple[TaskKey, int, float]], str | None]:
+    """(task, machine or POOL, duration of what is left of it there) for every column.
+    Over `exact_columns`, remote machines are pooled (a relaxation: a bound) or, with
+    `sample`, each task keeps a few of them drawn at random (the paper's reduction: no
+    bound, but every column is a real machine, which a schedule built from the solution
+    needs)."""
     tasks = [instance.jobs[j].tasks[i] for j, i in share]
-    exact = sum(len(instance.allowed(task)) for task in tasks) <= exact_columns
+    allowed = {(task.job, task.index): _fitting(instance, task) for task in tasks}
+    exact = sum(map(len, allowed.values())) <= exact_columns
+    keep = max(1, exact_columns // max(1, len(tasks)))  # machines per task when sampling
     columns: list[tuple[TaskKey, int, float]] = []
     pooled = False
     for task in tasks:
         key = (task.job, task.index)
         left = share[key]
-        machines = instance.allowed(task) if exact else sorted(task.local)
+        machines = allowed[key]
+        if not exact:
+            local = [m for m in machines if m in task.local]
+            remote = [m for m in machines if m not in task.local]
+            if sample:  # seeded by the task, so a re-solve keeps its machines
+                draws = min(len(remote), max(0, keep - len(local)))
+                rng = random.Random(key[0] * 1_000_003 + key[1])
+                machines = local + sorted(rng.sample(remote, draws))
+            else:
+                machines = local
+                if remote:
+                    columns.append((key, POOL, task.duration * task.remote_factor * left))
+                    pooled = True
         columns.extend((key, m, task.duration_on(m) * left) for m in machines)
-        if not exact and task.remote_factor is not None and len(task.local) < instance.machines:
-            columns.append((key, POOL, task.duration * task.remote_factor * left))
-            pooled = True
     reduced = ("remote machines pooled into one column per task, bounded by the cluster's "
-               "total capacity" if pooled else None)
+               "total capacity" if pooled else
+               f"local machines and remote ones drawn at random, up to {keep} a task"
+               if not exact else None)
     return columns, reduced
 
 
@@ -197,13 +232,14 @@ def _horizons(instance: Instance, columns: list[tuple[TaskKey, int, float]],
 def interval_lp(instance: Instance, *, migration: bool, jobs: Iterable[int] | None = None,
                 remaining: Mapping[TaskKey, float] | None = None, now: float = 0.0,
                 epsilon: float = DEFAULT_EPSILON,
-                exact_columns: int = DEFAULT_EXACT_COLUMNS,
+                exact_columns: int = DEFAULT_EXACT_COLUMNS, sample_remote: bool = False,
                 time_limit: float | None = None) -> LPSolution:
     """Solve the interval-indexed LP for `jobs` (default all) from time `now`, each task
-    needing its `remaining` share (default 1). Completion times are absolute.
+    needing its `remaining` share (default 1). Completion times are absolute. Over
+    `exact_columns` columns, remote machines are pooled, or sampled if `sample_remote`.
 
     The whole untouched instance at time 0 (an offline run's order, and its bound) is solved
-    once per instance and kept: the experiment's bound and `lp-np`'s order are one solve."""
+    once per instance and kept: the experiment's bound and `lp-np-greedy`'s order are one solve."""
     if epsilon <= 0:
         raise InvalidInput("epsilon", f"must be > 0, got {epsilon!r}")
     ids, share = _present(instance, jobs, remaining)
@@ -212,12 +248,13 @@ def interval_lp(instance: Instance, *, migration: bool, jobs: Iterable[int] | No
              and all(left == 1.0 for left in share.values()))
     if not whole:
         return _interval_lp(instance, migration, ids, share, now, epsilon, exact_columns,
-                            time_limit)
-    key = (instance, migration, epsilon, exact_columns)  # an optimum, whatever its limit
+                            sample_remote, time_limit)
+    # an optimum, whatever its limit
+    key = (instance, migration, epsilon, exact_columns, sample_remote)
     solved = _WHOLE.get(key)
     if solved is None:
         solved = _interval_lp(instance, migration, ids, share, now, epsilon, exact_columns,
-                              time_limit)
+                              sample_remote, time_limit)
         if len(_WHOLE) >= 4:
             _WHOLE.pop(next(iter(_WHOLE)))
         _WHOLE[key] = solved
@@ -229,8 +266,9 @@ _WHOLE: dict[tuple, LPSolution] = {}  # the last few whole-instance solves
 
 def _interval_lp(instance: Instance, migration: bool, ids: list[int],
                  share: dict[TaskKey, float], now: float, epsilon: float,
-                 exact_columns: int, time_limit: float | None) -> LPSolution:
-    columns, reduced = _columns(instance, share, exact_columns)
+                 exact_columns: int, sample_remote: bool,
+                 time_limit: float | None) -> LPSolution:
+    columns, reduced = _columns(instance, share, exact_columns, sample_remote)
     # in units of the median column: coefficients near 1 keep the simplex quick and stable
     unit = float(np.median([duration for _, _, duration in columns])) or 1.0
     columns = [(key, m, duration / unit) for key, m, duration in columns]
@@ -299,12 +337,9 @@ def _interval_lp(instance: Instance, migration: bool, ids: list[int],
                           completion={j: now + unit * float(values[completion(j)])
                                       for j in ids},
                           seconds=seconds, variables=width, rows=len(b_ub) + len(b_eq),
-                          reduced=reduced)
+                          reduced=reduced, ends=now + unit * ends)
     for key, cols in per_task.items():
-        solution.mass[key] = {columns[c][1]: float(values[x(c, n_l - 1)]) for c in cols}
-        done = np.sum([values[x(c, 0):x(c, 0) + n_l] for c in cols], axis=0)
-        level = int(np.argmax(done >= 0.5 - 1e-9))
-        solution.half_done[key] = now + unit * float(ends[level])
+        solution.done[key] = {columns[c][1]: values[x(c, 0):x(c, 0) + n_l] for c in cols}
     return solution
 
 

@@ -3,13 +3,12 @@
 - `fifo`: by release time; greedy non-preemptive packing.
 - `wspt`: Smith's rule, the largest weight per unit of volume first (volume: duration x demand
   as shares of a machine, summed over the job's tasks); greedy non-preemptive packing.
-- `lp-np`: the paper's non-preemptive algorithm as this project runs it: solve the interval LP
-  without migration; order jobs by their LP completion times; pack greedily in that order, and
-  where the LP ran a task mostly (half or more) on its local machines, keep it waiting for one of
-  them until the end of the interval by which the LP had half of it done, then let it go remote.
-  The paper maps each task to one machine-interval through a bipartite matching on the LP's
-  solution and packs each machine-interval in turn; we keep its two decisions (the order, and
-  local or remote by the LP's time) without the matching.
+- `lp-np-greedy`: a heuristic on the paper's LP without migration (the paper's algorithm is
+  `lp-np`, mapping.py): order jobs by their LP completion times; pack greedily in that order,
+  and where the LP ran a task mostly (half or more) on its local machines, keep it waiting for
+  one of them until the end of the interval by which the LP had half of it done, then let it
+  go remote. It keeps the LP's order and its choice of local or remote, without the paper's
+  machine-interval matching and slow motion.
 - `lp-migrate`: the preemptive algorithm with migration: the interval LP with migration gives
   the order; at every change the tasks are packed afresh in that order onto any machine of
   their placement sets (or remote), a running task keeping its machine when it still fits
@@ -215,8 +214,8 @@ class LPOrder:
                               time_limit=self.resolver.options.lp_time_limit)
 
 
-@PACKING_POLICIES.register("lp-np")
-class LPNonPreemptive(OrderedGreedy):
+@PACKING_POLICIES.register("lp-np-greedy")
+class LPNonPreemptiveGreedy(OrderedGreedy):
     def __init__(self, online: bool = False, options: PackingOptions = DEFAULT_OPTIONS) -> None:
         super().__init__(online, options)
         self.lp = LPOrder(online, options, migration=False)
@@ -232,8 +231,8 @@ class LPNonPreemptive(OrderedGreedy):
         self.keys = {job: self.lp.key(state, job) for job in state.present}
         solution = self.lp.solution
         self.local_until = {
-            key: solution.half_done[key] for key, mass in solution.mass.items()
-            if key in state.left and sum(share for m, share in mass.items()
+            key: solution.half_done(key) for key in solution.done
+            if key in state.left and sum(share for m, share in solution.mass(key).items()
                                          if m in state.task(key).local) >= 0.5}
         return True
 

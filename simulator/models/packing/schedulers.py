@@ -11,7 +11,8 @@ breaks capacity or placement (state.PackingViolation).
 trace's own, and runs nowhere else: the preemptive per-machine algorithms) and `placement`
 (each task has a few local machines and may run remotely, slower). The registered names:
 
-- ordered, non-preemptive greedy packing (`ordered.py`): `fifo`, `wspt`, `lp-np`;
+- ordered, non-preemptive greedy packing (`ordered.py`): `fifo`, `wspt`, `lp-np-greedy`;
+- the paper's non-preemptive algorithm, machine-interval mapping (`mapping.py`): `lp-np`;
 - preemptive from an LP order (`ordered.py`): `lp-migrate` (placement sets, migration),
   `lp-single` (single-machine sets, the ordering LP);
 - baselines (`baselines.py`): `psrs`, `tetris-p`, `tetris-np`, `jsq-mw`.
@@ -27,6 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
+from common.errors import InvalidInput
 from common.policies.registry import Registry
 from simulator.models.packing.model import Instance
 from simulator.models.packing.state import EPS, PackingState, TaskKey
@@ -44,6 +46,14 @@ class PackingOptions:
     # the previous order (counted as lp_timeouts)
     psrs_wait: float = 1.0  # PSRS: a wide task waits for room at most this x its duration
     tetris_remote_penalty: bool = True  # Tetris: divide a remote fit's score by the factor
+    lp_np_lambda: float | None = None  # lp-np's slow motion: stretch by 1/this (None: drawn
+    # with density 2λ on (0, 1] at each solve, the paper's)
+    lp_np_shift_back: bool = True  # lp-np: a later task may start early if it delays none
+    seed: int = 0  # the random draws of the schedulers that draw (lp-np's λ)
+
+    def __post_init__(self) -> None:
+        if self.lp_np_lambda is not None and not 0 < self.lp_np_lambda <= 1:
+            raise InvalidInput("lp_np_lambda", f"must be in (0, 1], got {self.lp_np_lambda!r}")
 
 
 DEFAULT_OPTIONS = PackingOptions()
