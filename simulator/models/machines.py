@@ -1,16 +1,17 @@
-"""How many machines each active job runs on, and whether it shares them: the SRPT+R paper's
-algorithms for jobs that need one machine at a time, with redundant copies.
+"""How many machines each active job runs on: the SRPT+R paper's algorithms for jobs that need
+one machine at a time, with redundant copies.
 
 A *copy* of a job runs on one machine; copies of one job race, and at each checkpoint the most
 advanced copy's progress is given to all of them (so a job progresses as fast as its luckiest
 machine). Checkpoints happen only when a job arrives or departs (the paper's Assumption 1), which
-is also when the allocation may change. In *multitasking* mode a machine may run several jobs,
-each getting an equal share of its rate.
+is also when the allocation may change.
 
-An allocation, for `n` active jobs and `m` machines, is per job a number of dedicated machines
-(`copies`, 0 while it waits) and whether it instead shares one machine with other jobs
-(`shared`); the shared jobs are spread round-robin over the machines left, each getting an equal
-share of its machine. Non-multitasking:
+An allocation, for `n` active jobs and `m` machines, is per job the number of machines it runs
+on (`copies`, 0 while it waits). When the copies outnumber the machines the cluster multitasks:
+every machine holds ceil(E/m) or floor(E/m) of the E copies, each an equal share of its rate
+(simulator/redundancy.py places them); a job's copies are always on distinct machines.
+
+Non-multitasking:
 
 - `srpt`: the m jobs with the least remaining work run, one machine each; the rest wait.
 - `srpt+r` (Algorithm 1): as srpt while n >= m; with fewer jobs than machines every job gets
@@ -18,16 +19,20 @@ share of its machine. Non-multitasking:
 
 Multitasking (jobs ordered by arrival, the latest last):
 
-- `fair`: n <= m: one machine each; more jobs than machines: all share the m machines.
-- `fair+r` (Algorithm 2): as fair when n > m; otherwise floor(m/n) copies each and the latest
-  arrival the machines left over.
-- `laps` (beta): only the ceil(beta n) latest arrivals run, one machine each while they are at
-  most m, sharing the m machines when they are more.
-- `laps+r` (beta): the same ceil(beta n) jobs; fewer than m of them get floor(m/k) copies each
-  and the latest the rest.
+- `fair`, `fair+r` (Algorithm 2), n > m: the c m latest arrivals run, c = floor(n/m) on every
+  machine, each a share 1/c; the n - c m earliest wait (with 5 jobs on 3 machines, the 3
+  latest run alone and the 2 earliest wait). Fewer jobs than machines: `fair` one machine
+  each, `fair+r` floor(m/n) copies each and the latest arrival the machines left over.
+- `laps` (beta): only the k = ceil(beta n) latest arrivals run; while k <= m one machine each,
+  beyond that one share each, the k shares spread evenly over the machines (ceil(k/m) or
+  floor(k/m) on a machine), so no machine idles.
+- `laps+r` (beta, Algorithm 3): the same k jobs; k <= m: floor(m/k) copies each and the latest
+  the rest; k > m: every machine holds c = ceil(k/m) shares of 1/c, one for each of the k - 1
+  earlier jobs and the c m - k + 1 left for the latest, on as many machines.
 
-`MACHINE_ALLOCATIONS.make(name, AllocationOptions(beta=...))`: every policy takes the options;
-only laps ones read `beta`.
+`fair` running every job (processor sharing among all, as these policies did before) is `laps`
+with beta 1. `MACHINE_ALLOCATIONS.make(name, AllocationOptions(beta=...))`: every policy takes
+the options; only laps ones read `beta`.
 """
 
 from __future__ import annotations
@@ -57,9 +62,9 @@ class MachineAllocation(Protocol):
 
     def allocate(self, remaining: np.ndarray, arrival: np.ndarray,
                  machines: int) -> tuple[np.ndarray, np.ndarray]:
-        """(copies, shared) per active job: dedicated machines, and whether it shares one.
-        The dedicated machines plus one per shared job (when fewer shared jobs than the
-        machines left) never exceed `machines`."""
+        """(copies, shared) per active job: the machines it runs on, and whether it shares
+        them (every job does when the copies outnumber the machines). A job never has more
+        copies than there are machines."""
 
 
 # the paper's model only (`megha experiment redundancy`): the federation file's
@@ -73,6 +78,10 @@ def spread(copies: np.ndarray, chosen: np.ndarray, favoured: int, machines: int)
     each, rest = shares(len(chosen), machines)
     copies[chosen] = each
     copies[favoured] = rest
+
+
+def _result(copies: np.ndarray, machines: int) -> tuple[np.ndarray, np.ndarray]:
+    return copies, (copies > 0) & (copies.sum() > machines)
 
 
 class _Policy:
@@ -94,7 +103,7 @@ class Srpt(_Policy):
             copies[order[:machines]] = 1
         else:
             spread(copies, order, order[0], machines)
-        return copies, np.zeros(n, dtype=bool)
+        return _result(copies, machines)
 
 
 @MACHINE_ALLOCATIONS.register("srpt+r")
@@ -103,46 +112,50 @@ class SrptRedundant(Srpt):
 
 
 class _Sharing(_Policy):
-    """Fair and LAPS: the latest `k` arrivals run; one machine each (or copies, with
-    redundancy) while they fit, sharing the machines when they do not."""
+    """Fair and LAPS: the latest arrivals run; one machine each (or copies, with redundancy)
+    while they fit, shares of the machines when they do not."""
 
     multitasking = True
     redundant = False
 
-    def running(self, n: int) -> int:
-        return n
+    def running(self, n: int, machines: int) -> int:
+        """How many of the n jobs, the latest arrivals, run."""
+        raise NotImplementedError
 
     def allocate(self, remaining, arrival, machines):
         n = len(remaining)
         copies = np.zeros(n, dtype=np.int64)
-        shared = np.zeros(n, dtype=bool)
         if n == 0:
-            return copies, shared
-        k = self.running(n)
+            return _result(copies, machines)
+        k = self.running(n, machines)
         latest = np.argsort(arrival, kind="stable")[n - k:]  # the latest arrival last
-        if k > machines:
-            shared[latest] = True
-        elif self.redundant:
+        copies[latest] = 1
+        if self.redundant and k < machines:
             spread(copies, latest, latest[-1], machines)
-        else:
-            copies[latest] = 1
-        return copies, shared
+        elif self.redundant and k > machines:
+            # the shares the k jobs leave on ceil(k/m) per machine go to the latest
+            copies[latest[-1]] += machines * math.ceil(k / machines) - k
+        return _result(copies, machines)
 
 
 @MACHINE_ALLOCATIONS.register("fair")
 class Fair(_Sharing):
-    pass
+    def running(self, n: int, machines: int) -> int:
+        # more jobs than machines: floor(n/m) on every machine, no machine with one less, so
+        # the shares are equal; the earliest n mod m wait (the paper's priority to the latest)
+        return n if n <= machines else machines * (n // machines)
 
 
 @MACHINE_ALLOCATIONS.register("fair+r")
-class FairRedundant(_Sharing):
+class FairRedundant(Fair):
     redundant = True
 
 
 @MACHINE_ALLOCATIONS.register("laps")
 class Laps(_Sharing):
-    def running(self, n: int) -> int:
-        return max(1, math.ceil(self.options.beta * n))
+    def running(self, n: int, machines: int) -> int:
+        # ceil(beta n), not fooled by rounding: 0.1 x 30 is 3.0000000000000004 in floats
+        return max(1, math.ceil(round(self.options.beta * n, 9)))
 
 
 @MACHINE_ALLOCATIONS.register("laps+r")

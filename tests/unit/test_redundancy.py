@@ -4,6 +4,7 @@ allocations and checkpoints, invariants on random inputs, exactly-once completio
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from common.errors import InvalidInput
 from common.speed import SpeedModel
 from simulator.models.machines import MACHINE_ALLOCATIONS, AllocationOptions
-from simulator.redundancy import Entries, RedundancySim, Workload
+from simulator.redundancy import Entries, RedundancySim, Workload, place
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,15 +39,65 @@ def test_srpt_r_gives_spare_machines_as_copies_the_smallest_job_the_most() -> No
     assert copies == [0, 0] + [1] * 10
 
 
-def test_fair_and_laps_share_among_the_latest_arrivals() -> None:
+def test_fair_serves_the_latest_arrivals_when_jobs_outnumber_machines() -> None:
+    """The paper's Fair+R with n > m: the floor(n/m) m latest arrivals run, floor(n/m) on
+    every machine; the n mod m earliest wait."""
     assert allocate("fair+r", [1, 1, 1], arrival=[0, 2, 1]) == ([3, 4, 3], [False] * 3)
-    assert allocate("fair", [1] * 15) == ([0] * 15, [True] * 15)  # more jobs than machines
-    # laps, beta 0.5: the 3 latest of 6 run; with redundancy 3 copies each, the latest 4
+    # 5 jobs on 3 machines: floor(5/3) = 1, the 3 latest (arrivals 2, 3, 4) alone on a
+    # machine each, the 2 earliest wait; with redundancy the same (no machine is spare)
+    for name in ("fair", "fair+r"):
+        assert allocate(name, [1] * 5, arrival=[4, 0, 3, 1, 2], machines=3) == \
+            ([1, 0, 1, 0, 1], [False] * 5)
+    # 7 on 3: floor(7/3) = 2, the 6 latest share the machines two by two, the earliest waits
+    assert allocate("fair", [1] * 7, machines=3) == ([0] + [1] * 6, [False] + [True] * 6)
+
+
+def test_laps_serves_the_latest_beta_share_and_laps_r_gives_the_latest_the_spare_shares() -> None:
+    # beta 0.5 of 6 on 10 machines: the 3 latest, one machine each or 3, 3 and 4 copies
     assert allocate("laps", [1] * 6) == ([0, 0, 0, 1, 1, 1], [False] * 6)
     assert allocate("laps+r", [1] * 6) == ([0, 0, 0, 3, 3, 4], [False] * 6)
-    assert allocate("laps", [1] * 30)[1] == [False] * 15 + [True] * 15
+    # 8 jobs on 3 machines: the 4 latest run; 4 shares on 3 machines is 2 per machine, so 6
+    # shares of 1/2: one for each of the 3 earlier, 3 (one per machine) for the latest
+    assert allocate("laps", [1] * 8, machines=3) == ([0] * 4 + [1] * 4, [False] * 4 + [True] * 4)
+    assert allocate("laps+r", [1] * 8, machines=3) == ([0] * 4 + [1, 1, 1, 3],
+                                                       [False] * 4 + [True] * 4)
+    assert allocate("laps", [1] * 30, beta=0.1)[0] == [0] * 27 + [1] * 3  # ceil(3.000...04)
     with pytest.raises(InvalidInput, match="beta"):
         MACHINE_ALLOCATIONS.make("laps", AllocationOptions(beta=0))
+
+
+NONE = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+
+
+def placed(copies, kept=NONE, machines: int = 5, seed: int = 0) -> dict[int, set[int]]:
+    """Each job's machines, as `place` hands them out."""
+    position, machine, _ = place(np.asarray(copies), kept, machines,
+                                 np.random.default_rng(seed))
+    return {job: set(machine[position == job].tolist()) for job in range(len(copies))}
+
+
+def test_kept_machines_stay_with_their_jobs_and_new_copies_take_freed_ones() -> None:
+    # jobs 0, 1, 2 on machines 3, 0, 4 (job 0's best copy first, on 3, then on 1)
+    kept = (np.array([0, 0, 1, 2]), np.array([3, 1, 0, 4]))
+    for seed in range(20):
+        # a fourth job arrives; job 0 drops to one copy: its best, on 3; the new job takes
+        # one of the free machines, 1 (job 0 gave it up) or 2
+        now = placed([1, 1, 1, 1], kept, seed=seed)
+        assert now[0] == {3} and now[1] == {0} and now[2] == {4} and now[3] <= {1, 2}
+        # job 1 left (no copies now): job 2 gains a copy on a machine freed, 0, 1 or 2
+        now = placed([2, 0, 2], kept, seed=seed)
+        assert now[0] == {3, 1} and now[1] == set() and {4} < now[2] <= {4, 0, 2}
+    # reshuffled (no kept layout): the same allocation lands anywhere
+    assert len({frozenset(placed([1, 1, 1, 1], seed=seed)[0]) for seed in range(20)}) > 1
+
+
+def test_a_shared_machine_keeps_its_jobs_and_the_latest_spreads_its_shares() -> None:
+    # laps+r, 8 jobs on 3 machines: 3 single shares and 3 for the latest (job 3 here)
+    kept = (np.array([0, 1, 2, 3]), np.array([2, 0, 1, 0]))  # job 3 had one share, on 0
+    for seed in range(20):
+        now = placed([1, 1, 1, 3], kept, machines=3, seed=seed)
+        assert now[3] == {0, 1, 2}  # its shares on distinct machines, its old one kept
+        assert now[0] == {2} and now[1] == {0} and now[2] == {1}  # 2 per machine: all stay
 
 
 @settings(max_examples=200, deadline=None)
@@ -56,31 +107,85 @@ def test_fair_and_laps_share_among_the_latest_arrivals() -> None:
 def test_allocations_fit_the_machines_and_copies_only_use_spare_ones(name, remaining, machines,
                                                                      beta, seed):
     n = len(remaining)
-    arrival = np.random.default_rng(seed).permutation(n).astype(float)
+    rng = np.random.default_rng(seed)
+    arrival = rng.permutation(n).astype(float)
     policy = MACHINE_ALLOCATIONS.make(name, AllocationOptions(beta))
     copies, shared = policy.allocate(np.asarray(remaining), arrival, machines)
-    assert copies.sum() <= machines and (copies >= 0).all()
-    assert not (copies[shared] > 0).any()
+    assert (copies >= 0).all() and copies.max(initial=0) <= machines
+    assert shared.any() == (copies.sum() > machines) and not (shared & (copies == 0)).any()
     if shared.any():
-        assert policy.multitasking and copies.sum() == 0
-    running = int(((copies > 0) | shared).sum())
-    if copies.max(initial=0) > 1:  # redundancy only while fewer jobs run than machines
-        assert name.endswith("+r") and running < machines and copies.sum() == machines
-    if name in ("srpt", "srpt+r", "fair", "fair+r"):
-        assert running == n or (running == machines and not shared.any()) or shared.all()
-    entries = Entries.build(copies, shared, machines, np.random.default_rng(seed), check=True)
-    load = np.zeros(machines)
-    np.add.at(load, entries.machine, entries.share)
-    assert (load <= 1 + 1e-9).all()  # a machine's shares never exceed its rate
-    dedicated = entries.machine[entries.share == 1]
-    assert len(set(dedicated.tolist())) == len(dedicated)
+        assert policy.multitasking
+    running = int((copies > 0).sum())
+    if copies.max(initial=0) > 1:  # redundancy only with machines (or shares) to spare
+        assert name.endswith("+r")
+        assert running < machines or copies.sum() % machines == 0  # every machine as full
+    if name in ("srpt", "srpt+r"):
+        assert running == min(n, machines)
+    # placed from scratch, then again keeping what a random earlier layout had
+    earlier = Entries.of(*place(rng.permutation(copies), NONE, machines, rng))
+    for kept in (NONE, earlier.layout()):
+        entries = Entries.of(*place(copies, kept, machines, rng))
+        entries.check(machines)  # shares at most 1 a machine, a job's copies apart
+        assert np.bincount(entries.running[entries.job], minlength=n).tolist() == \
+            copies.tolist()
+        load = np.bincount(entries.machine, weights=entries.share, minlength=machines)
+        assert np.allclose(load[load > 0], 1.0)  # a used machine's whole rate is used
+        if copies.sum() >= machines:
+            assert (load > 0).all()  # no machine idles while copies wait for one
 
 
-def scripted(policy: str, machines: int, arrivals, sizes, speed="constant") -> RedundancySim:
+def scripted(policy: str, machines: int, arrivals, sizes, speed="constant",
+             assignment: str = "kept") -> RedundancySim:
     sim = RedundancySim(policy, machines, Workload(1.0, horizon=20), SpeedModel(kind=speed),
-                        seed=0)
+                        seed=0, assignment=assignment)
     sim.arrivals, sim.sizes = np.asarray(arrivals, float), np.asarray(sizes, float)
     return sim
+
+
+def machines_over_time(sim: RedundancySim) -> list[dict[int, set[int]]]:
+    """Run `sim`; each allocation's machines per running job (by job id)."""
+    seen: list[dict[int, set[int]]] = []
+    allocate = sim._allocate
+
+    def recording(active, base, previous):
+        entries = allocate(active, base, previous)
+        jobs = active[entries.running[entries.job]]
+        seen.append({int(job): set(entries.machine[jobs == job].tolist()) for job in jobs})
+        return entries
+
+    sim._allocate = recording
+    sim.run()
+    return seen
+
+
+def test_in_the_paper_s_model_a_job_keeps_its_machine_until_it_ends() -> None:
+    """srpt on 6 machines, four jobs of size 10 arriving a slot apart: each keeps one machine
+    through the other jobs' arrivals and departures (7 checkpoints); reshuffled, a job's
+    machine changes at some checkpoint (for every one of 5 seeds)."""
+    arrivals, sizes = [0.5, 1.5, 2.5, 3.5], [10.0] * 4
+
+    def jobs_moved(assignment: str, seed: int) -> bool:
+        sim = scripted("srpt", 6, arrivals, sizes, assignment=assignment)
+        sim.rng = np.random.default_rng(seed)
+        seen = machines_over_time(sim)
+        assert len(seen) == 7  # 4 arrivals, 3 departures leaving jobs behind
+        return any(seen[i][job] != later[job] for i in range(len(seen))
+                   for later in seen[i + 1:] for job in seen[i] if job in later)
+
+    for seed in range(5):
+        assert not jobs_moved("kept", seed)
+        assert jobs_moved("reshuffled", seed)
+
+
+def test_a_job_that_gives_up_copies_keeps_its_best_one() -> None:
+    """srpt+r on 2 machines: A alone runs on both; B arrives and A keeps the copy that had
+    done more, on machine 1 (twice as fast), while B takes machine 0."""
+    for seed in range(10):  # whatever the draws of free machines
+        sim = scripted("srpt+r", 2, [0.0, 3.5], [20.0, 1.0])
+        sim._rate_chunks = [np.array([[1.0, 2.0]] * 20)]
+        sim.rng = np.random.default_rng(seed)
+        seen = machines_over_time(sim)
+        assert seen[0] == {0: {0, 1}} and seen[1] == {0: {1}, 1: {0}}
 
 
 def test_checkpoints_happen_at_arrivals_and_departures_only() -> None:
@@ -116,6 +221,32 @@ def test_without_variability_redundancy_changes_nothing() -> None:
     assert np.array_equal(a.flowtimes, b.flowtimes)
 
 
+def mean_flowtimes(policy: str, rate: float, horizon: int, seeds) -> list[float]:
+    """The paper's model at its size (100 machines, two-state rates, machines kept)."""
+    return [float(RedundancySim(policy, 100, Workload(rate, horizon), SpeedModel(), seed=seed)
+                  .run().flowtimes.mean()) for seed in seeds]
+
+
+def test_srpt_r_is_well_below_srpt_at_lambda_1() -> None:
+    """The paper's Figures 5 and 6: at lambda 1 (load 0.4), redundancy cuts SRPT's mean
+    flowtime. Measured at this size (horizon 1,000, seeds 0-5): SRPT+R / SRPT between 0.68
+    and 0.71 (about 30 against 43); 0.69 at horizon 20,000."""
+    with_copies, without = (mean_flowtimes(policy, 1.0, 1000, (0, 1))
+                            for policy in ("srpt+r", "srpt"))
+    assert all(a < 0.8 * b for a, b in zip(with_copies, without, strict=True))
+
+
+def test_srpt_r_is_well_below_fair_r_in_heavy_traffic() -> None:
+    """The paper's Figure 7: at the heavy-traffic limit (lambda 2.5, load 1) SRPT+R's mean
+    flowtime stays low while Fair+R's grows. Measured at this size (horizon 5,000, seeds
+    0-5): SRPT+R / Fair+R between 0.62 and 0.84 per seed, 0.76 over seeds 0-2; 0.43 at
+    horizon 20,000 (64 against 149), the queue having longer to grow."""
+    srpt_r, fair_r = (mean_flowtimes(policy, 2.5, 5000, (0, 1, 2))
+                      for policy in ("srpt+r", "fair+r"))
+    assert all(a < b for a, b in zip(srpt_r, fair_r, strict=True))
+    assert sum(srpt_r) < 0.9 * sum(fair_r)
+
+
 @pytest.mark.parametrize("policy", MACHINE_ALLOCATIONS.names())
 def test_every_job_completes_exactly_once(policy) -> None:
     sim = RedundancySim(policy, 10, Workload(0.3, horizon=300), SpeedModel(), seed=4)
@@ -139,7 +270,8 @@ def test_the_redundancy_experiment_runs_every_policy_at_every_rate(tmp_path) -> 
     done = subprocess.run(
         [sys.executable, "-m", "megha", "experiment", "redundancy", "--machines", "10",
          "--rates", "0.1,0.25", "--horizon", "200", "--seeds", "2", "--out", str(tmp_path),
-         "--html", str(tmp_path / "r.html")], capture_output=True, text=True, cwd=ROOT,
+         "--betas", "0.25,1", "--assignment", "reshuffled", "--html", str(tmp_path / "r.html")],
+        capture_output=True, text=True, cwd=ROOT,
         timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
@@ -154,11 +286,47 @@ def test_the_redundancy_experiment_runs_every_policy_at_every_rate(tmp_path) -> 
         assert run["jct"]["overall"]["ci95"] == pytest.approx(12.706 * spread / 2 ** 0.5,
                                                               rel=1e-4)
     assert "/ srpt" in (tmp_path / "table.txt").read_text()
-    assert (tmp_path / "r.html").stat().st_size > 20_000
+    page = (tmp_path / "r.html").read_text()
+    assert "flowtime cdf 0.1" in page and "flowtime cdf 0.25" in page  # every policy's CDF
+    # the beta sweep (Figures 8 and 9): laps and laps+r at each beta, in betas/
+    swept = json.loads((tmp_path / "betas" / "results.json").read_text())
+    assert {run["name"] for run in swept["runs"]} == {
+        f"{policy} β={beta} λ={rate}" for policy in ("laps", "laps+r") for beta in ("0.25", "1")
+        for rate in ("0.1", "0.25")}
+    assert all(run["beta"] in (0.25, 1.0) and 0 <= run["counts"]["done_within_200"] <= 1
+               for run in swept["runs"])
+    assert "laps+r β=0.25" in (tmp_path / "betas" / "table.txt").read_text()
+    assert (tmp_path / "r-betas.html").stat().st_size > 20_000
     refused = subprocess.run([sys.executable, "-m", "megha", "experiment", "redundancy",
                               "--values", "srpt,edf"], capture_output=True, text=True, cwd=ROOT,
                              timeout=60)
     assert refused.returncode == 2 and "'edf' is not an allocation policy" in refused.stderr
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--betas", "0.5,0", "must be in (0, 1]"),
+    ("--betas", "0.5,most", "expected numbers separated by commas"),
+    ("--beta", 1.5, "must be in (0, 1]"),
+    ("--rates", "1,-2", "an arrival rate must be > 0"),
+    ("--horizon", 5, "must be at least 10"),
+    ("--assignment", "sticky", "must be one of kept, reshuffled"),
+])
+def test_the_redundancy_experiment_refuses_bad_input_naming_the_option(option, value,
+                                                                       message) -> None:
+    from simulator.experiments.redundancy import Redundancy
+
+    def refused(**given) -> str:
+        args = argparse.Namespace(values=None, machines=10, rates="1,2", horizon=100, seeds=1,
+                                  assignment="kept", betas=None, beta=0.5, speed="two-state",
+                                  seed=0)
+        vars(args).update(given)
+        with pytest.raises(InvalidInput) as refusal:
+            Redundancy().options(args)
+        return str(refusal.value)
+
+    assert refused(**{option[2:]: value}).startswith(f"{option}: {message}")
+    assert refused(betas="0.5", values="srpt,fair+r").startswith(  # nothing to sweep
+        "--betas: sweeps laps and laps+r")
 
 
 def test_redundancy_cluster_runs_every_copy_policy_at_every_load(tmp_path) -> None:
