@@ -204,7 +204,11 @@ class ClusterSweep:
                 f"{_workload(settings.workload)}{', slot mode' if settings.slots else ''}; "
                 f"{_profiles(options.shared.profile)}; "
                 f"policies {options.shared.overrides.describe() or 'as generated'}; "
-                f"{settings.timing.describe()}, processing {settings.processing}")
+                f"{self.timing(options)}, processing {settings.processing}")
+
+    def timing(self, options: SweepOptions) -> str:
+        """Which model of time the runs take, for the first line."""
+        return options.shared.settings.timing.describe()
 
     def runs(self, options: SweepOptions, logs: Path | None) -> list[Run]:
         return [Run(name, simulate_shape, (_seeded(options.shared, seed), shape, name),

@@ -70,15 +70,13 @@ class DelaySweep(ClusterSweep):
             (name + delay_suffix(delay), shape | {"delay_ms": delay})
             for delay in delays for name, shape in options.shapes))
 
-    def describe(self, options: SweepOptions) -> str:
-        line = super().describe(options)
+    def timing(self, options: SweepOptions) -> str:
         delays = list(dict.fromkeys(shape["delay_ms"] for _name, shape in options.shapes
                                     if "delay_ms" in shape))
         if not delays:
-            return line
-        return line.replace(options.shared.settings.timing.describe(),  # --delay's default
-                            f"one-way delays {', '.join(f'{delay:g}' for delay in delays)} ms, "
-                            f"each value at each")
+            return super().timing(options)
+        return (f"one-way delays {', '.join(f'{delay:g}' for delay in delays)} ms, each value "
+                f"at each")
 
 
 def by_delay(figures_of: Figures, summary_of: DelaySummary) -> Figures:
