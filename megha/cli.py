@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "run one workload on the real services and in the simulator, fit the "
              "simulator's model of time from the services' logs, and say how far apart they "
              "are"),
+    "dead-letters": ("api.dead_letters_command",
+                     "list the messages no service could take, and resubmit them"),
     "synth": ("loadgen.synth_command",
               "build a workload (trace, Alibaba or Poisson; constraints, resources, users) "
               "and save it as a job file"),

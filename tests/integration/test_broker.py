@@ -89,6 +89,8 @@ def test_task_events_wait_in_the_gms_durable_queue(amqp_url: str) -> None:
 
 
 def test_a_failing_handler_does_not_loop_forever(amqp_url: str) -> None:
+    """A message no handler can read is run once, then kept as a dead letter (more in
+    tests/integration/test_dead_letters.py), not redelivered for ever."""
     user = unique("user")
 
     async def scenario() -> None:
@@ -104,9 +106,10 @@ def test_a_failing_handler_does_not_loop_forever(amqp_url: str) -> None:
         broker.consume_queue(jobs_queue(user), handler)
         await broker.start()
         await broker.publish("", jobs_queue(user), b"garbage", persistent=True)
-        await until(lambda: "broker_handler_failed" in events)
+        await until(lambda: "broker_dead_lettered" in events)
         await asyncio.sleep(0.5)
         assert calls == [b"garbage"]
+        assert events.count("broker_handler_failed") == 1
         await broker.close()
 
     asyncio.run(scenario())
