@@ -77,9 +77,10 @@ def test_sample_replay_completes_and_logs_time_every_allocation(testbed: Compose
 
 
 def _break_mid_replay(testbed: ComposeProject, service: str,
-                      break_it: Callable[[], None]) -> tuple[dict, float]:
+                      break_it: Callable[[], float | None]) -> tuple[dict, float]:
     """Replay, `break_it()` `BREAK_AFTER` s in (it leaves `service` started again), wait until
-    `service` passes its health check; the replay's results, checked, and when it broke."""
+    `service` passes its health check; the replay's results, checked, and when it broke:
+    the time `break_it` returns, if it knows better than the time it was called."""
     # up already when the sample test ran first; this makes each test runnable on its own
     testbed.compose("up", "-d", *SERVICES)
     testbed.wait_healthy(SERVICES)
@@ -87,7 +88,7 @@ def _break_mid_replay(testbed: ComposeProject, service: str,
     # a point in the replay, not a condition: the arrivals run on the replay's own clock
     time.sleep(BREAK_AFTER)
     broken_at = time.time()
-    break_it()
+    broken_at = break_it() or broken_at
     testbed.wait_healthy([service])
     output, _ = replay.communicate(timeout=600)
     assert replay.returncode == 0, output[-4000:]
@@ -95,12 +96,16 @@ def _break_mid_replay(testbed: ComposeProject, service: str,
 
 
 def _kill_mid_replay(testbed: ComposeProject, service: str, down_for: float) -> tuple[dict, float]:
-    """Kill `service` mid-replay and start it again `down_for` s later."""
-    def kill_and_start() -> None:
+    """Kill `service` mid-replay and start it again `down_for` s later; when it was killed
+    is when the kill returned: a task that ended while the engine was still looking up and
+    signalling the container ended normally (it was once counted as a victim the kill lost)."""
+    def kill_and_start() -> float:
         container = testbed.container(service)
         container.kill()
+        killed_at = time.time()
         time.sleep(down_for)  # the outage itself: how long the service stays dead
         container.start()
+        return killed_at
 
     return _break_mid_replay(testbed, service, kill_and_start)
 
