@@ -4,13 +4,23 @@ RabbitMQ is the durable inbox (a job is acknowledged to its client once the brok
 confirmed it); this store is what the GM has taken out of the inbox. A job message is
 acknowledged only after its row is committed, and a finished task only after its row is:
 a GM killed at any point comes back with every accepted job and never reruns a task that
-finished. WAL with `synchronous=NORMAL` survives a killed process (the failure the testbed
-injects), not a power cut.
+finished.
+
+Durable before the acknowledgement, against a power cut too: the store runs in WAL mode with
+`synchronous=FULL`, so every commit fsyncs the write-ahead log before it returns, and the
+acknowledgement that follows it can no longer outrun the disk. (`NORMAL`, used before, fsyncs
+only at checkpoints: it survives a killed process, the failure the testbed injects, but a
+machine that loses power could come back without jobs RabbitMQ had already let go of.) The
+cost is one fsync per commit; `benchmarks/bench_store.py` measures it. A job is recorded
+with one commit, a batch of finished tasks (one message of task events) with one, and a job's
+end with one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +56,8 @@ class GMStore:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        # FULL: a commit is on disk when it returns, before the message is acknowledged
+        self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
 
     def add_job(self, job_id: str, user: str, body: str, arrival: float) -> bool:
@@ -64,6 +75,13 @@ class GMStore:
         row = self._db.execute("SELECT user FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return None if row is None else row[0]
 
+    def identity_of(self, job_id: str) -> tuple[str, str] | None:
+        """(user queue, body as accepted) of a job recorded here: what a resubmission of its
+        id is compared with (services/admission.py)."""
+        row = self._db.execute("SELECT user, body FROM jobs WHERE job_id = ?",
+                               (job_id,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
     def task_done(self, job_id: str, task_id: str, runtime: float) -> None:
         self.tasks_done([(job_id, task_id, runtime)])
 
@@ -71,12 +89,12 @@ class GMStore:
         """Record finished tasks (job id, task id, runtime), in one transaction."""
         if not done:
             return
-        with self._db:
+        with self._transaction():
             self._db.executemany("INSERT OR IGNORE INTO done_tasks VALUES (?, ?, ?)",
                                  [(task_id, job_id, runtime) for job_id, task_id, runtime in done])
 
     def job_ended(self, job_id: str, state: str, reason: str) -> None:
-        with self._db:
+        with self._transaction():
             self._db.execute("UPDATE jobs SET state = ?, reason = ? WHERE job_id = ?",
                              (state, reason, job_id))
             self._db.execute("DELETE FROM done_tasks WHERE job_id = ?", (job_id,))
@@ -94,3 +112,16 @@ class GMStore:
 
     def close(self) -> None:
         self._db.close()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One commit (one fsync) for the statements inside. The connection is in autocommit
+        mode (`isolation_level=None`), where `with connection:` opens no transaction and every
+        row of an `executemany` would commit, and fsync, on its own."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")

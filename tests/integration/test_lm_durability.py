@@ -9,7 +9,9 @@ kill must be completed at its GM by the attempt that ran it, not by a rerun afte
 lease declared it lost: the events reached the GMs, late, but all of them.
 
 Without the log (the state folder wiped before the restart) the same scenario still ends
-every job, through the GMs' leases, but runs the tasks whose finishes were lost again.
+every job, through the GMs' leases, but runs the tasks whose finishes were lost again. With a
+damaged log (a bit flipped in one of its records) the restart keeps what precedes the damage,
+sets the rest aside in a file next to the log, says so, and starts: no crash loop.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -29,6 +33,7 @@ from test_failures import assert_all_done_once, wait_running, workload
 from test_federation import CONFIG, free_port_block, read_events, wait_done
 
 from services.local import LocalFederation, rabbitmq
+from services.outbox_wal import WAL_NAME, read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -173,9 +178,11 @@ def gm_done(fed: LocalFederation) -> dict[str, str]:
             if e["event"] == "task_done" and e["svc"].startswith("gm-")}
 
 
-def run_crash(fed: LocalFederation, relay: BrokerRelay, *, keep_state: bool):
+def run_crash(fed: LocalFederation, relay: BrokerRelay, *, keep_state: bool,
+              damage: Callable[[Path], None] | None = None):
     """The scenario; returns (jobs' final states, jobs, the finishes held at the kill, the
-    outbox size at the kill)."""
+    outbox size at the kill). `damage` is done to lm-1's log between the kill and the
+    restart."""
     with httpx.Client(timeout=10, headers=fed.headers()) as client:
         jobs = workload(client, fed, "durable", jobs=3, tasks=4, duration=1.0)
         wait_running(client, fed, LM)
@@ -189,6 +196,8 @@ def run_crash(fed: LocalFederation, relay: BrokerRelay, *, keep_state: bool):
         fed.kill(LM, signal.SIGKILL)
         if not keep_state:
             shutil.rmtree(fed.state_dir / LM)
+        if damage is not None:
+            damage(fed.state_dir / LM / WAL_NAME)
         relay.restore()
         fed.start_service(LM)
         fed.wait_healthy([LM])
@@ -226,3 +235,56 @@ def test_without_its_log_the_lms_held_finishes_are_lost_and_run_again(relayed) -
     done = gm_done(fed)
     rerun = {task for task, attempt in held.items() if done[task] != attempt}
     assert rerun, "every held finish reached its GM without the log"
+
+
+class FlipInTheMiddle:
+    """Flips one bit in the JSON of the middle pending event's record, and remembers what a
+    restart should then find: the events pending before that record, and the tail after."""
+
+    def __init__(self) -> None:
+        self.expected_count = -1
+        self.tail = b""
+
+    def __call__(self, wal: Path) -> None:
+        data = wal.read_bytes()
+        records, bad = read_records(data)
+        assert bad is None, f"the log was damaged before the test did it: {bad}"
+        pending_at: list[set] = [set()]  # the ids pending before each record
+        for record in records:
+            pending = set(pending_at[-1])
+            if "published" in record:
+                pending -= {tuple(i) for i in record["published"]}
+            else:
+                pending.add(tuple(record["id"]))
+            pending_at.append(pending)
+        events = [n for n, record in enumerate(records)
+                  if "id" in record and tuple(record["id"]) in pending_at[-1]]
+        assert len(events) >= 2, f"too few pending events to damage one in the middle: {events}"
+        target = events[len(events) // 2]
+        start = sum(len(line) for line in data.splitlines(keepends=True)[:target])
+        damaged = bytearray(data)
+        damaged[start + 30] ^= 0x04  # inside the JSON, past the checksum and the space
+        wal.write_bytes(bytes(damaged))
+        self.expected_count = len(pending_at[target])
+        self.tail = bytes(damaged[start:])
+
+
+def test_a_restart_on_a_damaged_log_sets_the_damage_aside_and_starts(relayed) -> None:
+    """The records after the flipped one are not trusted: their events are lost to the GMs,
+    whose leases requeue those attempts, so every job still ends, some tasks run again."""
+    fed, relay = relayed
+    flip = FlipInTheMiddle()
+    final, jobs, _, outbox = run_crash(fed, relay, keep_state=True, damage=flip)
+    assert {job: status["state"] for job, status in final.items()} == dict.fromkeys(jobs, "done")
+    first, recovered = [e for e in lm_events(fed) if e["event"] == "task_events_recovered"]
+    assert "set_aside" not in first and not first["torn_tail"]
+    assert recovered["torn_tail"]
+    assert 0 <= recovered["count"] == flip.expected_count < outbox
+    assert "checksum" in recovered["set_aside_reason"], recovered
+    aside = Path(recovered["set_aside"])
+    assert aside.parent == fed.state_dir / LM and aside.read_bytes() == flip.tail
+    assert recovered["set_aside_bytes"] == len(flip.tail)
+    assert recovered["set_aside_lines"] == flip.tail.count(b"\n")
+    assert recovered["set_aside_intact"] == recovered["set_aside_lines"] - 1
+    wal = fed.state_dir / LM / WAL_NAME  # the restarted LM published what it kept
+    assert wal.stat().st_size == 0, wal.read_text()[:500]
