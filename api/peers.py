@@ -12,22 +12,53 @@ tasks/s. httpx stays where requests are few: the tests, the command line.
 `PeerClient` keeps one connection pool per service; a `request` either returns the peer's
 answer (any status) or raises `PeerError`, which says whether the peer was slow (a timeout:
 it may still act on the request) or could not be reached at all (refused, reset).
-`request_with_retry` is the loop every caller shares. A service gives its client the cluster
-token's `Authorization` header (services/auth.py) once, as the session's default header, so no
-call can go out without it; the load generator adds a user queue's per request.
+`request_with_retry` is the loop every caller shares. A service gives its client its own
+token's `Authorization` header (its role's, or the cluster token: services/auth.py) once, as the
+session's default header, so no call can go out without it; the load generator adds a user
+queue's per request.
+
+TLS: with `MEGHA_TLS_CA` set (the PEM file of the CA that signed every service's certificate),
+every client made here verifies its peers against that CA, whoever builds it: a service (which
+then serves HTTPS itself, services/http.py) or `megha replay`. Unset, an https:// peer is
+verified against the system's CAs, and http:// stays plain.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from common.errors import InvalidInput
+
 JSON_HEADERS = {"content-type": "application/json"}
 KEEPALIVE_S = 3.0  # below uvicorn's timeout_keep_alive (5 s)
+# A service's own certificate and key (PEM paths; services/http.py serves with them) and the CA
+# every service's certificate is signed by (clients verify peers against it)
+TLS_CERT_ENV = "MEGHA_TLS_CERT"
+TLS_KEY_ENV = "MEGHA_TLS_KEY"
+TLS_CA_ENV = "MEGHA_TLS_CA"
+
+
+def client_ssl_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext | None:
+    """A context verifying peers (certificate and host name) against the CA `MEGHA_TLS_CA`
+    names; None when it is unset. InvalidInput naming the variable and path if the file is
+    not a readable PEM certificate."""
+    environ = os.environ if environ is None else environ
+    path = environ.get(TLS_CA_ENV, "").strip()
+    if not path:
+        return None
+    try:
+        return ssl.create_default_context(cafile=path)
+    except (OSError, ssl.SSLError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise InvalidInput(TLS_CA_ENV, f"cannot load {path} as a PEM CA certificate: "
+                                       f"{reason}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +95,17 @@ class PeerClient:
     """One service's HTTP client to its peers; `start()` inside the event loop first."""
 
     def __init__(self, timeout: float = 5.0, connect_timeout: float = 2.0,
-                 max_connections: int = 100, headers: Mapping[str, str] | None = None) -> None:
+                 max_connections: int = 100, headers: Mapping[str, str] | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        """`ssl_context`: how https:// peers are verified (default: `client_ssl_context()`,
+        read here so that a bad MEGHA_TLS_CA stops a service before it starts)."""
         # A short connect timeout: a peer that is down refuses or stays silent, and either
         # way the caller's retry loop decides what to do next.
         self._timeout = aiohttp.ClientTimeout(total=timeout, connect=min(timeout,
                                                                          connect_timeout))
         self._max_connections = max_connections
         self._headers = dict(headers or {})  # sent with every request
+        self._ssl = ssl_context if ssl_context is not None else client_ssl_context()
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -78,7 +113,8 @@ class PeerClient:
             # idle connections are dropped before uvicorn's own 5 s keep-alive closes them:
             # reusing one the server has just closed fails the request as "disconnected"
             connector = aiohttp.TCPConnector(limit=self._max_connections, use_dns_cache=True,
-                                             keepalive_timeout=KEEPALIVE_S)
+                                             keepalive_timeout=KEEPALIVE_S,
+                                             ssl=self._ssl if self._ssl is not None else True)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
                                                   headers=self._headers,
                                                   skip_auto_headers=("User-Agent",))

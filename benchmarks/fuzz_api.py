@@ -18,10 +18,14 @@ user token where only the cluster token will do. Checked:
   `response_schema_conformance`);
 - no accepted job is lost: every job answered 202 is found by `GET /v1/jobs/{id}` afterwards,
   in a state of the job lifecycle (done or failed, or still pending or running when its tasks
-  are long: a fuzzed duration may be a year).
+  are long: a fuzzed duration may be a year);
+- a job id belongs to its queue: after the fuzzing, each accepted job's id is submitted again
+  with the same body (202, the same job), with another body (409), and by every other queue
+  of its GM (409); a 202 where a 409 is due counts in `fuzz_id_reuse_violations`.
 
 Prints one `name=value` line per figure: fuzz_requests, fuzz_5xx, fuzz_schema_violations,
-fuzz_transport_errors, fuzz_accepted_jobs, fuzz_lost_jobs, fuzz_unfinished_jobs, fuzz_seconds.
+fuzz_transport_errors, fuzz_accepted_jobs, fuzz_lost_jobs, fuzz_unfinished_jobs,
+fuzz_id_reuses, fuzz_id_reuse_violations, fuzz_seconds.
 
     python benchmarks/fuzz_api.py [--requests 10000] [--seed S]
 
@@ -94,6 +98,9 @@ class FuzzTally:
     statuses: Counter = field(default_factory=Counter)
     accepted_jobs: dict[tuple[str, str], str] = field(default_factory=dict)  # (gm, job) -> url
     job_bodies: dict[tuple[str, str], str] = field(default_factory=dict)  # ... as sent
+    job_sent: dict[tuple[str, str], dict] = field(default_factory=dict)  # ... as JSON
+    id_reuses: int = 0  # submissions of an accepted job's id again (same, changed, other queue)
+    id_reuse_violations: int = 0  # of those, answered otherwise than due
     failures: list[str] = field(default_factory=list)
 
     def record(self, case: schemathesis.Case, response, service: Service | None = None) -> None:
@@ -316,6 +323,32 @@ class Fuzzer:
             key = (service.id, response.json()["job_id"])
             self.tally.accepted_jobs[key] = service.url
             self.tally.job_bodies[key] = str(sent)[:300]
+            if isinstance(sent, dict) and "job_id" in sent:
+                self.tally.job_sent[key] = dict(sent)
+
+    def reuse_ids(self, queues_of_gm: dict[str, list[str]], limit: int = 20) -> None:
+        """Submit accepted jobs' ids again: the same body from its queue is the same job
+        (202); another body, or another queue of the same GM, is a conflict (409)."""
+        tally = self.tally
+        for (gm, job_id), body in list(tally.job_sent.items())[:limit]:
+            url = f"{tally.accepted_jobs[(gm, job_id)]}/v1/jobs"
+            queue = body["user"]
+            changed = {**body, "weight": float(body.get("weight", 1.0)) / 2 or 0.5}
+            trials = [(queue, body, 202), (queue, changed, 409)] + [
+                (other, {**body, "user": other}, 409)
+                for other in queues_of_gm.get(gm, []) if other != queue]
+            for as_queue, sent, due in trials:
+                token = self.tokens.users.get(as_queue, self.tokens.cluster)
+                response = self.session.post(url, json=sent, timeout=REQUEST_TIMEOUT,
+                                             headers={"Authorization": f"Bearer {token}"})
+                tally.id_reuses += 1
+                if response.status_code in (429, 503):
+                    continue  # not accepted either way: nothing to judge
+                if response.status_code != due:
+                    tally.id_reuse_violations += 1
+                    tally.failures.append(
+                        f"{gm} job {job_id!r} sent again as {as_queue!r}: HTTP "
+                        f"{response.status_code}, expected {due}: {response.text[:200]}")
 
 
 # -- afterwards -------------------------------------------------------------------------------
@@ -377,6 +410,8 @@ class FuzzResult:
             "fuzz_unhealthy_services": len(self.unhealthy),
             "fuzz_accepted_jobs": len(tally.accepted_jobs),
             "fuzz_lost_jobs": len(self.lost_jobs),
+            "fuzz_id_reuses": tally.id_reuses,
+            "fuzz_id_reuse_violations": tally.id_reuse_violations,
             "fuzz_unfinished_jobs": sum(state in LIVE_JOB_STATES
                                         for state in self.job_states.values()),
             "fuzz_seconds": round(self.seconds, 1),
@@ -396,6 +431,8 @@ def fuzz_federation(fed: LocalFederation, total: int, seed: int = 0, job_wait: f
     tokens = Tokens(fed.cluster_token, dict(fed.user_tokens))
     fuzzer = Fuzzer(services, tokens, FederationIds.of(fed.federation), seed, log)
     tally = fuzzer.run(total)
+    fuzzer.reuse_ids({gm: [q.name for q in fed.federation.queues if q.gm == gm]
+                      for gm in fed.federation.gms})
     log(f"sent {tally.requests} requests in {time.monotonic() - started:.1f} s; statuses "
         f"{dict(sorted(tally.statuses.items()))}")
     bad = unhealthy(services) + [f"{service}: exited with {process.returncode}"
@@ -435,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in result.figures().items():
         print(f"{name}={value}")
     failed = (result.tally.server_errors or result.tally.schema_violations
-              or result.tally.transport_errors or result.unhealthy or result.lost_jobs)
+              or result.tally.transport_errors or result.unhealthy or result.lost_jobs
+              or result.tally.id_reuse_violations)
     return 1 if failed else 0
 
 

@@ -492,8 +492,9 @@ class Policies(_Table):
 class Limits(_Table):
     """Bounds on the queues between components (docs/queues.md lists every queue)."""
 
-    # A GM accepts a job only while fewer tasks than this wait in it (pending, held, or
-    # accepted and not yet taken from its broker queue); past it, 429 with Retry-After.
+    # Tasks waiting in a GM (pending, held, or accepted and not yet taken from its broker
+    # queue), shared among its queues by share: a queue below its part is admitted whatever
+    # the others hold, one at its part gets 429 with Retry-After (services/admission.py).
     gm_backlog_tasks: AtLeastOne = 5000
     # Requests one GM keeps in flight to one LM; placements made meanwhile join the next.
     lm_requests_in_flight: AtLeastOne = 1
@@ -504,8 +505,8 @@ class Limits(_Table):
     # work (`lm_backlogged`) until half have left.
     lm_task_event_outbox: Annotated[int, Field(ge=2)] = 20_000
     # Tasks one job may have; a wider one is refused at submission (422) with this cap named.
-    # The widest job of the bundled traces has 3,035; the body cap (MEGHA_MAX_BODY_BYTES)
-    # bounds a submission's size as well.
+    # The widest job of the bundled traces has 3,035. It sets the GM's body cap for a
+    # submission too: 1 KiB per task (services/job_body.py).
     max_tasks_per_job: AtLeastOne = 10_000
     # Jobs per second one token (a user queue's, or the cluster token) may submit to a GM, in
     # bursts of up to `submit_burst`; past it 429 with Retry-After. 0: no bound.

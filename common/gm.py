@@ -124,6 +124,7 @@ class GlobalMaster:
         self._priorities = PriorityUpdates(self.gm, self.policy, config.reprioritize)
         self._job_seq = 0  # arrival order, for the job policy
         self.waiting = 0  # pending and held tasks: the backlog a GM bounds (see services)
+        self.waiting_by_user: Counter[str] = Counter()  # ... per queue: its part of it
         self.counters: Counter[str] = Counter()  # the service's /metrics
         self.log = TransitionLog(story_len)  # every transition, for `story`
         self._handlers: dict[type, Callable[..., None]] = {
@@ -167,6 +168,7 @@ class GlobalMaster:
             self.view.expect_demand(task.spec.demand.cpu_m, task.spec.demand.mem_mib)
             self._tasks[task.spec.task_id] = task
             self.waiting += 1
+            self.waiting_by_user[job.user] += 1
             self._backlog.add(task)
             self.log.record(step.now, step.stimulus_id, task.spec.task_id, "new", task.state)
         self.jobs[job.job_id] = record
@@ -412,7 +414,9 @@ class GlobalMaster:
                         detail or reason)
         task.state, task.reason = new, reason
         if (old in WAITING_STATES) != (new in WAITING_STATES):
-            self.waiting += 1 if new in WAITING_STATES else -1
+            change = 1 if new in WAITING_STATES else -1
+            self.waiting += change
+            self.waiting_by_user[task.job.spec.user] += change
         if (old is TaskState.RUNNING) != (new is TaskState.RUNNING):  # las: service so far
             task.job.progress.ran(task.index, step.now if new is TaskState.RUNNING else None)
         if (old in ACTIVE_STATES) != (new in ACTIVE_STATES):
@@ -510,7 +514,7 @@ class GlobalMaster:
     # -- invariants ----------------------------------------------------------------------------
 
     def validate(self) -> None:
-        waiting = 0
+        waiting: Counter[str] = Counter()
         for job in self.jobs.values():
             if job.state in ENDED_JOB_STATES:
                 continue
@@ -518,13 +522,13 @@ class GlobalMaster:
             self._backlog.validate(self.gm, job)
             for task in job.tasks:
                 self._attempts.validate(task)
-                waiting += task.state in WAITING_STATES
+                waiting[job.spec.user] += task.state in WAITING_STATES
         self._attempts.validate_lists()
         self._backlog.validate_index(self.gm)
         self._backlog.validate_shares(self.gm, self.jobs.values())
         self.placer.estimate.validate(self.gm, self._tasks.values())
         self._priorities.validate(self.jobs.values())
-        if waiting != self.waiting:
-            raise InvariantViolated(f"{self.gm}: counts {self.waiting} waiting tasks, "
-                                    f"has {waiting}")
+        if waiting.total() != self.waiting or +waiting != +self.waiting_by_user:
+            raise InvariantViolated(f"{self.gm}: counts {self.waiting} waiting tasks "
+                                    f"{dict(+self.waiting_by_user)}, has {dict(+waiting)}")
         self._outbox.validate()

@@ -90,12 +90,31 @@ def _not_nan(value: float) -> float:
 Priority = Annotated[float, AfterValidator(_not_nan)]
 FinitePriority = Annotated[float, Field(allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1)]
-# A job id may not contain '/': core task ids are `job_id/local_id`, and the split must be
-# unambiguous (job `a` task `b/c` and job `a/b` task `c` would otherwise collide).
-JobId = Annotated[str, Field(min_length=1, pattern=r"^[^/]+$")]
-# A job's template (JobSpec.name): runs of one recurring job share it.
+# A job's template (JobSpec.name): runs of one recurring job share it; printable text.
 JOB_NAME_MAX = 200
-JobName = Annotated[str, Field(min_length=1, max_length=JOB_NAME_MAX)]
+JobName = Annotated[str, Field(min_length=1, max_length=JOB_NAME_MAX,
+                               pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+# --- what a client may submit: bounded, because every field is copied into log lines,
+# heartbeats and attempt ids (a 1 MB id would be copied thousands of times) and a float
+# like 1e308 as a duration or a weight breaks the arithmetic of every policy.
+ID_MAX = 128  # characters of a job, task, queue or node id in a submission
+# Letters, digits and ._:@+~- ; a node id may also hold '/'. A job id may not: core task ids
+# are `job_id/local_id`, and the split must be unambiguous (job `a` task `b/c` and job `a/b`
+# task `c` would otherwise collide).
+SubmittedId = Annotated[str, Field(min_length=1, max_length=ID_MAX,
+                                   pattern=r"^[A-Za-z0-9._:@+~-]+$")]
+SubmittedNodeId = Annotated[str, Field(min_length=1, max_length=ID_MAX,
+                                       pattern=r"^[A-Za-z0-9._:@+~/-]+$")]
+MAX_DURATION_S = 1e8  # about three years: longer than any trace's task
+MAX_WEIGHT = 1e6
+MAX_RESOURCE = 1 << 40  # millicores or MiB of one task; feasibility is checked by the GM
+MAX_CONSTRAINTS_PER_TASK = 256
+MAX_CONSTRAINT_ID = 65535  # the federation's num_constraints is checked by the GM
+MAX_PLACEMENT_SET = 10_000  # node ids in one task's placement set
+SubmittedDuration = Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False)]
+SubmittedResource = Annotated[int, Field(strict=True, gt=0, le=MAX_RESOURCE)]
+SubmittedConstraint = Annotated[int, Field(strict=True, ge=0, le=MAX_CONSTRAINT_ID)]
 
 TASK_ID_SEPARATOR = "/"
 
@@ -110,6 +129,9 @@ def _placement_set(nodes: list[str] | None) -> list[str] | None:
 # A task's placement set: the ids of the nodes it may run on (None: anywhere). Whether they are
 # nodes of the federation the GM checks (common/admission.py).
 PlacementSet = Annotated[list[Name] | None, AfterValidator(_placement_set)]
+SubmittedPlacementSet = Annotated[
+    list[SubmittedNodeId] | None, Field(max_length=MAX_PLACEMENT_SET),
+    AfterValidator(_placement_set)]
 
 
 class WireModel(BaseModel):
@@ -122,19 +144,21 @@ class WireModel(BaseModel):
 
 
 class TaskSubmission(WireModel):
-    task_id: Name | None = None  # local to the job; defaults to the task's index
-    cpu_m: PositiveInt
-    mem_mib: PositiveInt
-    constraints: list[ConstraintId] = Field(default_factory=list)
-    duration: NonNegativeFloat | None = None
-    nodes: PlacementSet = None  # its placement set: the node ids it may run on
+    task_id: SubmittedId | None = None  # local to the job; defaults to the task's index
+    cpu_m: SubmittedResource
+    mem_mib: SubmittedResource
+    constraints: list[SubmittedConstraint] = Field(default_factory=list,
+                                                   max_length=MAX_CONSTRAINTS_PER_TASK)
+    duration: SubmittedDuration | None = None
+    nodes: SubmittedPlacementSet = None  # its placement set: the node ids it may run on
 
 
 class JobSubmission(WireModel):
-    job_id: JobId | None = None  # client-chosen for idempotent retries; else the GM picks one
-    user: Name
-    weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
-    estimated_task_duration: NonNegativeFloat | None = None
+    # client-chosen for idempotent retries (unique within its queue); else the GM picks one
+    job_id: SubmittedId | None = None
+    user: SubmittedId
+    weight: Annotated[float, Field(gt=0, le=MAX_WEIGHT, allow_inf_nan=False)] = 1.0
+    estimated_task_duration: SubmittedDuration | None = None
     name: JobName | None = None  # the job's template, for history-based runtime predictors
     tasks: list[TaskSubmission] = Field(min_length=1)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from api.endpoints import Endpoints
+from api.peers import client_ssl_context
 from common.errors import InvalidInput
 from common.federation import Federation
 from loadgen.credentials import user_tokens
@@ -83,7 +84,8 @@ def wait_ready(gms: dict[str, str], nodes: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     waiting = dict(gms)
     last = ""
-    with httpx.Client(timeout=2.0) as client:
+    # an HTTPS GM is verified against MEGHA_TLS_CA, as the replay's own requests are
+    with httpx.Client(timeout=2.0, verify=client_ssl_context() or True) as client:
         while waiting:
             for gm, url in list(waiting.items()):
                 try:

@@ -2,7 +2,8 @@
 
 In order: `--tokens FILE` (KEY=VALUE lines, as the `.env` that scripts/testbed.sh writes and
 the `tokens.env` that services/local.py writes), the `MEGHA_USER_TOKENS` variable (the
-testbed's loadgen container gets it from compose), the repository's `.env`. With
+testbed's loadgen container gets it from compose) or the file `MEGHA_USER_TOKENS_FILE` names
+(a mounted secret), the repository's `.env`. With
 `MEGHA_AUTH=off` and none of these, jobs go without a token. A replay never falls back on the
 cluster token: it is a user of the federation, not its operator.
 """
@@ -13,7 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from api.auth import AUTH_ENV, USER_TOKENS_ENV, parse_user_tokens
+from api.auth import AUTH_ENV, USER_TOKENS_ENV, parse_user_tokens, read_secret
 from common.errors import InvalidInput
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,8 +44,9 @@ def user_tokens(tokens_file: Path | None, environ: Mapping[str, str] | None = No
         if not text:
             raise InvalidInput("--tokens", f"{tokens_file} has no {USER_TOKENS_ENV}=... line")
         return parse_user_tokens(text, f"{tokens_file}: {USER_TOKENS_ENV}")
-    if environ.get(USER_TOKENS_ENV, "").strip():
-        return parse_user_tokens(environ[USER_TOKENS_ENV])
+    given = read_secret(USER_TOKENS_ENV, environ)
+    if given.value:
+        return parse_user_tokens(given.value, given.source)
     dotenv = root / ".env"
     if dotenv.is_file():
         text = read_env_file(dotenv).get(USER_TOKENS_ENV, "")

@@ -6,11 +6,16 @@ before anything is read; a body sent without one (chunked) is counted as it arri
 request refused once it passes the cap. The cap is `MEGHA_MAX_BODY_BYTES` (default 16 MiB:
 an LM's batch to a worker holds at most 500 starts of about 500 bytes, a job of 10,000 tasks
 about 1 MB).
+
+A route may have its own cap, derived from the limits that bound what it accepts: a service
+sets `app.state.body_caps = {path: RouteCap(bytes, source)}` (the GM's `POST /v1/jobs`, from
+`limits.max_tasks_per_job`: services/job_body.py), and the 413 names that source.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from fastapi import HTTPException
 from starlette.responses import JSONResponse
@@ -35,8 +40,16 @@ def max_body_bytes_from_env(environ=None) -> int:
     return value
 
 
-def too_large(limit: int, size: str) -> str:
-    return f"request body of {size} is over this service's limit of {limit} bytes ({MAX_BODY_ENV})"
+@dataclass(frozen=True, slots=True)
+class RouteCap:
+    """One route's own body cap, and what it is derived from (named in the 413)."""
+
+    max_bytes: int
+    source: str
+
+
+def too_large(limit: int, size: str, source: str = MAX_BODY_ENV) -> str:
+    return f"request body of {size} is over this route's limit of {limit} bytes ({source})"
 
 
 class BodyLimit:
@@ -50,10 +63,11 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit, source = self._cap_of(scope)
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            response = JSONResponse({"detail": too_large(self.max_bytes,
-                                                         f"{int(declared)} bytes")}, 413)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            response = JSONResponse({"detail": too_large(limit, f"{int(declared)} bytes",
+                                                         source)}, 413)
             await response(scope, receive, send)
             return
         received = 0
@@ -63,10 +77,17 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     # raised where the route reads its body: FastAPI answers the 413
-                    raise HTTPException(413, detail=too_large(self.max_bytes,
-                                                              f"more than {self.max_bytes} bytes"))
+                    raise HTTPException(413, detail=too_large(limit, f"more than {limit} bytes",
+                                                              source))
             return message
 
         await self.app(scope, counting_receive, send)
+
+    def _cap_of(self, scope: Scope) -> tuple[int, str]:
+        app = scope.get("app")
+        caps = getattr(getattr(app, "state", None), "body_caps", None) or {}
+        route = caps.get(scope.get("path"))
+        return (self.max_bytes, MAX_BODY_ENV) if route is None else (route.max_bytes,
+                                                                     route.source)

@@ -9,11 +9,18 @@ heartbeats (fanout) and task events (the GM's durable queue) come back as events
 GM replays its store (unfinished jobs, with the tasks that already finished), rebuilds its
 view from heartbeats and adopts the attempts it had launched that still run.
 
-Backpressure: a GM holds at most `limits.gm_backlog_tasks` waiting tasks (pending, held, or
-accepted and still in its broker queue). Past that, `POST /v1/jobs` answers 429 with a
-`Retry-After` (seconds, from the rate the backlog drains) and the reason, and accepts nothing:
-a job is either accepted (202, durable) or clearly not. The start and end of each episode of
-refusals are events (`backlog_full`, `backlog_open`), and metrics count them.
+Backpressure: a GM holds about `limits.gm_backlog_tasks` waiting tasks (pending, held, or
+accepted and still in its broker queue), each user queue a part of them in proportion to its
+share, so that one queue's burst never refuses another (services/admission.py). Past its part,
+`POST /v1/jobs` answers 429 with a `Retry-After` (seconds, from the rate the backlog drains)
+and the reason, and accepts nothing: a job is either accepted (202, durable) or clearly not.
+The start and end of each queue's episode of refusals are events (`backlog_full`,
+`backlog_open`), and metrics count them.
+
+Job ids: a client-chosen id belongs to its queue (services/admission.py): the same id, queue
+and body again is the same job (202); anything else is 409 with the reason. A submission's
+body is bounded before it is built (services/job_body.py): a byte cap from
+`limits.max_tasks_per_job`, then its tasks counted by a streaming parser.
 
 Access (services/auth.py): a user queue's token submits and reads that queue's jobs only
 (403 otherwise), the cluster token everything; each token's submissions are bounded by
@@ -28,11 +35,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import os
 import time
 import uuid
-from collections import deque
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -82,6 +87,14 @@ from common.wire import (
     reprioritize_request_to_wire,
     task_event_from_wire,
 )
+from services.admission import (
+    AcceptedJob,
+    Backpressure,
+    IdConflict,
+    QueueAdmission,
+    body_digest,
+    check_reuse,
+)
 from services.auth import (
     USER_PATHS,
     AuthConfig,
@@ -92,6 +105,7 @@ from services.auth import (
     secure_app,
 )
 from services.batching import BatchSender
+from services.bodylimit import RouteCap
 from services.broker import (
     HEARTBEAT_EXCHANGE,
     TASK_EVENTS_EXCHANGE,
@@ -110,6 +124,7 @@ from services.http import (
     required_env,
     wire_body,
 )
+from services.job_body import TASK_BYTES, check_shape, submission_body_cap
 from services.ratelimit import SubmissionRates, retry_after
 from services.runtime import CoreRunner
 from services.store import GMStore
@@ -133,18 +148,7 @@ CANCEL_OUTBOX_LIMIT = 1000
 # (common/reprioritize.py), so the outbox holds a burst of estimates, not a backlog
 REPRIORITIZE_BATCH = 50
 REPRIORITIZE_OUTBOX_LIMIT = 1000
-RETRY_AFTER_MIN, RETRY_AFTER_MAX = 1, 30  # seconds a refused client is told to wait
-DRAIN_WINDOW = 10.0  # seconds over which the backlog's drain rate is measured
 ENDED_FEED_MAX = 1000  # jobs per answer of GET /v1/jobs?ended_after=
-
-
-class Backpressure(Exception):
-    """The backlog is full: the job is not accepted; retry after `retry_after` seconds."""
-
-    def __init__(self, detail: str, retry_after: int) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.retry_after = retry_after
 
 
 def invalid(error: InvalidInput) -> HTTPException:
@@ -173,18 +177,15 @@ class GMService:
         self.topologies = TopologyCache()
         self.broker = Broker(amqp_url, gm_id, events=self.log.emit)
         self.client = PeerClient(timeout=LM_REQUEST_TIMEOUT, headers=auth.outgoing_headers())
-        # published, not yet taken out of the broker queue: job id -> its number of tasks
-        self._accepted: dict[str, int] = {}
-        self._accepted_users: dict[str, str] = {}  # ... and its queue, for reads by user token
         self.rates = SubmissionRates(federation.limits.submit_rate_per_token,
                                      federation.limits.submit_burst)
         self.max_tasks_per_job = federation.limits.max_tasks_per_job
-        self._accepted_tasks = 0
         self._publishing: dict[str, asyncio.Future] = {}  # job id -> its publish's outcome
         self.backlog_limit = federation.limits.gm_backlog_tasks
-        self._drain_samples: deque[tuple[float, int]] = deque()  # (time, tasks placed)
-        self._refusing_since: float | None = None  # an episode of 429s, for its events
-        self._refused_in_episode = 0
+        # each queue's part of the backlog; the jobs published and not yet consumed
+        self.admission = QueueAdmission(
+            gm_id, self.backlog_limit,
+            {q.name: q.share for q in federation.queues if q.gm == gm_id}, emit=self.log.emit)
         self.refused_total = Counter("megha_gm_jobs_refused_total",
                                      "Jobs answered 429: the GM's backlog was full",
                                      registry=self.runner.registry)
@@ -258,39 +259,36 @@ class GMService:
         """Validate, publish durably, and return the job id; raises HTTPException."""
         job_id = sub.job_id or uuid.uuid4().hex[:16]
         arrival = time.time()
-        if len(sub.tasks) > self.max_tasks_per_job:
-            raise invalid(InvalidInput("tasks", f"{len(sub.tasks)} tasks: a job may have at most "
-                                                f"{self.max_tasks_per_job} "
-                                                f"(limits.max_tasks_per_job)"))
+        self.check_task_count(len(sub.tasks))
         try:
             job = job_from_wire(sub, job_id, arrival)
             self.core.check_job(job)
         except InvalidInput as error:
             raise invalid(error) from None
-        publishing = self._publishing.get(job_id)
-        if publishing is not None:  # the same job, submitted again while its first is on its way
-            await asyncio.shield(publishing)
-            return job_id
-        if job_id in self._accepted or job_id in self.core.jobs or self.store.state_of(job_id):
-            return job_id  # idempotent: a retried submission is the same job
-        self._admit(len(sub.tasks))
-        # Counted before publishing: this GM's consumer may take the message before the
-        # publish returns, and it takes the job off the count (counting after would leave
-        # every such job counted for ever, and the GM refusing everything once it added up).
-        self._accepted[job_id] = len(sub.tasks)
-        self._accepted_users[job_id] = sub.user
-        self._accepted_tasks += len(sub.tasks)
+        canonical = sub.model_dump_json()
+        digest = body_digest(canonical)
+        try:
+            known = self.admission.accepted.get(job_id)
+            if check_reuse(job_id, sub.user, digest, (known.queue, known.digest)
+                           if known is not None else self._stored_identity(job_id)):
+                publishing = self._publishing.get(job_id)
+                if publishing is not None:  # the same job, sent again while its first is
+                    await asyncio.shield(publishing)  # on its way: its outcome is ours
+                return job_id  # idempotent: a retried submission is the same job
+        except IdConflict as conflict:
+            raise HTTPException(409, detail=conflict.detail) from None
+        self.admission.admit(sub.user, self.core.waiting_by_user, self.core.waiting,
+                             self._placed(), time.monotonic())
+        self.admission.accept(job_id, AcceptedJob(sub.user, len(sub.tasks), digest))
         done = self._publishing[job_id] = asyncio.get_running_loop().create_future()
         # the submission as its wire model writes it, framed without parsing it again
-        message = (f'{{"job_id":{json.dumps(job_id)},"arrival":{arrival!r},'
-                   f'"job":{sub.model_dump_json()}}}')
+        message = f'{{"job_id":{json.dumps(job_id)},"arrival":{arrival!r},"job":{canonical}}}'
         try:
             await self.broker.publish("", jobs_queue(sub.user), message.encode(),
                                       persistent=True, timeout=5.0)
         except BrokerUnavailable as error:
             # not confirmed: maybe not stored; the client is told so and may send it again
-            self._accepted_tasks -= self._accepted.pop(job_id, 0)
-            self._accepted_users.pop(job_id, None)
+            self.admission.taken(job_id)
             refused = HTTPException(503, detail=f"job not accepted: {error}")
             done.set_exception(refused)
             raise refused from None
@@ -304,61 +302,35 @@ class GMService:
                                        "tasks": len(sub.tasks), "arrival": arrival})
         return job_id
 
+    def check_task_count(self, tasks: int) -> None:
+        if tasks > self.max_tasks_per_job:
+            limit = self.max_tasks_per_job  # `tasks` may be counted only to limit + 1
+            raise invalid(InvalidInput("tasks", f"more than {limit} tasks: a job may have at "
+                                                f"most {limit} (limits.max_tasks_per_job)"))
+
+    def _stored_identity(self, job_id: str) -> tuple[str, str] | None:
+        """(queue, body digest) of a job this GM took out of the broker before."""
+        stored = self.store.identity_of(job_id)
+        return None if stored is None else (stored[0], body_digest(stored[1]))
+
     # -- backpressure ----------------------------------------------------------------------------
 
     def backlog(self) -> int:
         """Tasks waiting here: pending or held in the core, or accepted and still queued."""
-        return self.core.waiting + self._accepted_tasks
+        return self.admission.total(self.core.waiting)
 
-    def _admit(self, tasks: int) -> None:
-        """Raise `Backpressure` if the backlog is full; a job of any size gets in below it."""
-        backlog = self.backlog()
-        now = time.monotonic()
-        if backlog < self.backlog_limit:
-            if self._refusing_since is not None:
-                self.log.emit("backlog_open", {
-                    "gm": self.gm_id, "backlog": backlog, "limit": self.backlog_limit,
-                    "refused": self._refused_in_episode,
-                    "seconds": round(now - self._refusing_since, 3)})
-                self._refusing_since = None
-            return
-        rate = self._drain_rate(now)
-        excess = backlog - self.backlog_limit + 1
-        retry_after = (RETRY_AFTER_MAX // 6 if rate <= 0 else
-                       min(RETRY_AFTER_MAX, max(RETRY_AFTER_MIN, math.ceil(excess / rate))))
-        if self._refusing_since is None:
-            self._refusing_since = now
-            self._refused_in_episode = 0
-            self.log.emit("backlog_full", {"gm": self.gm_id, "backlog": backlog,
-                                           "limit": self.backlog_limit,
-                                           "drain_tasks_per_s": round(rate, 1)})
-        self._refused_in_episode += 1
-        self.refused_total.inc()
-        raise Backpressure(
-            f"{self.gm_id} holds {backlog} waiting tasks, its limit is {self.backlog_limit} "
-            f"(limits.gm_backlog_tasks); it places about {rate:.0f} tasks/s: retry after "
-            f"{retry_after} s", retry_after)
-
-    def _drain_rate(self, now: float) -> float:
-        """Tasks placed per second over the last DRAIN_WINDOW seconds."""
-        placed = sum(value for key, value in self.core.counters.items()
-                     if key.startswith("placements_total.")) + self.core.counters[
-            "preemption_requests_total"]
-        samples = self._drain_samples
-        if not samples or now - samples[-1][0] >= 0.5:
-            samples.append((now, placed))
-        while len(samples) > 2 and now - samples[1][0] >= DRAIN_WINDOW:
-            samples.popleft()
-        then, placed_then = samples[0]
-        return (placed - placed_then) / (now - then) if now - then >= 1.0 else 0.0
+    def _placed(self) -> int:
+        """Tasks placed so far (and preemptions asked): how fast the backlog drains."""
+        counters = self.core.counters
+        return sum(value for key, value in counters.items()
+                   if key.startswith("placements_total.")) + counters["preemption_requests_total"]
 
     async def _on_job_message(self, body: bytes) -> None:
         self.runner.received()
         message = json.loads(body)
         job_id, arrival = message["job_id"], message["arrival"]
         sub = JobSubmission.model_validate(message["job"])
-        self._accepted_tasks -= self._accepted.pop(job_id, 0)
-        self._accepted_users.pop(job_id, None)
+        self.admission.taken(job_id)
         if not self.store.add_job(job_id, sub.user, sub.model_dump_json(), arrival):
             return  # redelivered after a crash between commit and acknowledgement
         try:
@@ -480,12 +452,13 @@ class GMService:
         job = self.core.jobs.get(job_id)
         if job is not None:
             return job.spec.user
-        return self._accepted_users.get(job_id) or self.store.user_of(job_id)
+        accepted = self.admission.accepted.get(job_id)
+        return accepted.queue if accepted is not None else self.store.user_of(job_id)
 
     def job_view(self, job_id: str) -> dict:
         status = self.core.job_status(job_id)
         if status is None:
-            if job_id in self._accepted:
+            if job_id in self.admission.accepted:
                 return {"job": job_id, "state": "accepted"}
             state = self.store.state_of(job_id)
             if state is None:
@@ -536,8 +509,9 @@ class GMService:
         return [
             {"queue": q.name, "gm": q.gm, "share": q.share,
              "usage": round(dominant(usage.get(q.name, (0.0, 0.0))), 6),
-             "pending_tasks": pending.get(q.name) if q.gm == self.gm_id else None,
-             "active_tasks": running.get(q.name) if q.gm == self.gm_id else None}
+             "pending_tasks": pending.get(q.name, 0) if q.gm == self.gm_id else None,
+             "active_tasks": running.get(q.name, 0) if q.gm == self.gm_id else None,
+             "backlog_part": self.admission.parts.get(q.name) if q.gm == self.gm_id else None}
             for q in self.federation.queues
         ]
 
@@ -575,8 +549,14 @@ def create_app(service: GMService) -> FastAPI:
 
     @app.post("/v1/jobs", status_code=202, openapi_extra=wire_body(JobSubmission), responses={
         403: {"description": "A user token for another queue than the job's."},
-        422: {"description": "A malformed job, one no node could run, or too many tasks."},
-        429: {"description": "The GM's backlog is full, or this token submits faster than "
+        409: {"description": "The job id is taken: by another queue's job, or by this "
+                             "queue's job with another body."},
+        413: {"description": "The body is over the submission cap (from "
+                             "`limits.max_tasks_per_job`)."},
+        422: {"description": "A malformed job, one no node could run, a field over its "
+                             "limit, or too many tasks."},
+        429: {"description": "The queue's part of the GM's backlog is full (and no other "
+                             "room is free), or this token submits faster than "
                              "`limits.submit_rate_per_token`; nothing was accepted. Retry "
                              "after the `Retry-After` header's seconds."}})
     async def post_job(request: Request, principal: Caller) -> dict:
@@ -591,6 +571,10 @@ def create_app(service: GMService) -> FastAPI:
                 f"the token of {principal.name!r} submits more than "
                 f"{limits.submit_rate_per_token:g} jobs/s (bursts of {limits.submit_burst}; "
                 f"limits.submit_rate_per_token): retry after {seconds} s"))
+        # before any task is built: a body of too many tasks costs a scan, no more
+        too_big = check_shape(await request.body(), service.max_tasks_per_job)
+        if too_big is not None:
+            raise invalid(too_big)
         sub = await parse_body(request, JobSubmission)
         if not principal.may_use(sub.user):
             raise forbidden(f"the token of queue {principal.queue!r} may not submit jobs of "
@@ -598,6 +582,7 @@ def create_app(service: GMService) -> FastAPI:
         try:
             return {"job_id": await service.submit(sub), "gm": service.gm_id}
         except Backpressure as full:
+            service.refused_total.inc()
             raise HTTPException(429, detail=full.detail,
                                 headers={"Retry-After": str(full.retry_after)}) from None
 
@@ -633,18 +618,23 @@ def create_app(service: GMService) -> FastAPI:
         return JSONResponse(body, status_code=200 if ok else 503)
 
     add_shared_routes(app, service.core, service.runner.registry, service.runner.received)
+    app.state.body_caps = {"/v1/jobs": RouteCap(
+        submission_body_cap(service.max_tasks_per_job),
+        f"{TASK_BYTES} bytes per task of limits.max_tasks_per_job")}
     return seal(app)
 
 
 def main() -> None:
     """`python -m services.gm`: MEGHA_CONFIG (federation TOML), MEGHA_ID (this GM),
     MEGHA_ENDPOINTS (id=url,...), MEGHA_AMQP_URL, MEGHA_STATE_DIR (default ./state),
-    MEGHA_CLUSTER_TOKEN and MEGHA_USER_TOKENS (services/auth.py), MEGHA_MAX_BODY_BYTES."""
+    MEGHA_CLUSTER_TOKEN, MEGHA_GM_TOKEN (and the other roles' tokens or digests) and
+    MEGHA_USER_TOKENS (services/auth.py; any secret as NAME_FILE too), MEGHA_TLS_CERT,
+    MEGHA_TLS_KEY and MEGHA_TLS_CA (services/http.py), MEGHA_MAX_BODY_BYTES."""
     env = read_service_env()
 
     def build() -> FastAPI:
         federation = env.federation
-        auth = auth_from_env(env.log, queues=[q.name for q in federation.queues],
+        auth = auth_from_env(env.log, role="gm", queues=[q.name for q in federation.queues],
                              own_queues=[q.name for q in federation.queues
                                          if q.gm == env.service_id])
         return create_app(GMService(

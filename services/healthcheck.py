@@ -11,13 +11,16 @@ mounts it; `-S` skips site-packages as well.
 
 The service's port comes from the environment the service itself reads (MEGHA_ID and
 MEGHA_ENDPOINTS, `id=url,...`); the check asks on loopback, so it cannot pass for another
-container. Exit status 0 is healthy; otherwise one line on stderr says why.
+container. A service whose endpoint is `https://` is asked over TLS, its certificate checked
+against MEGHA_TLS_CA for the name `localhost` (every certificate scripts/make-certs.sh makes
+carries it). Exit status 0 is healthy; otherwise one line on stderr says why.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import ssl
 import sys
 from urllib.parse import urlsplit
 
@@ -27,19 +30,25 @@ TIMEOUT = 2.0  # seconds for the whole probe; compose's own timeout is longer
 AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
 
 
-def service_port(service: str, endpoints: str) -> int:
-    """This service's port from MEGHA_ENDPOINTS (the same table api/endpoints.py reads)."""
+def service_address(service: str, endpoints: str) -> tuple[int, bool]:
+    """This service's port from MEGHA_ENDPOINTS (the same table api/endpoints.py reads), and
+    whether it serves HTTPS."""
     for item in endpoints.split(","):
         name, _, url = item.strip().partition("=")
         if name.strip() == service:
             parts = urlsplit(url.strip())
-            return parts.port or (443 if parts.scheme == "https" else 80)
+            tls = parts.scheme == "https"
+            return parts.port or (443 if tls else 80), tls
     raise LookupError(f"no address for {service!r} in MEGHA_ENDPOINTS")
 
 
-def http_ok(port: int, path: str = "/healthz") -> None:
-    """Raise unless 127.0.0.1:port answers `GET path` with status 200."""
-    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as connection:
+def http_ok(port: int, path: str = "/healthz", *, tls: bool = False,
+            tls_ca: str | None = None) -> None:
+    """Raise unless 127.0.0.1:port answers `GET path` with status 200 (over TLS verified
+    against `tls_ca`, or the system's CAs, when `tls`)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as plain:
+        connection = (ssl.create_default_context(cafile=tls_ca).wrap_socket(
+            plain, server_hostname="localhost") if tls else plain)
         connection.sendall(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
         status_line = connection.makefile("rb").readline(200).decode("latin-1").strip()
     parts = status_line.split()
@@ -61,8 +70,9 @@ def main(argv: list[str]) -> int:
         if argv[:1] == ["amqp"]:
             amqp_ok(int(argv[1]) if len(argv) > 1 else 5672)
         else:
-            http_ok(service_port(os.environ.get("MEGHA_ID", ""),
-                                 os.environ.get("MEGHA_ENDPOINTS", "")))
+            port, tls = service_address(os.environ.get("MEGHA_ID", ""),
+                                        os.environ.get("MEGHA_ENDPOINTS", ""))
+            http_ok(port, tls=tls, tls_ca=os.environ.get("MEGHA_TLS_CA") or None)
     except (OSError, LookupError, ValueError) as error:
         print(f"unhealthy: {error}", file=sys.stderr)
         return 1

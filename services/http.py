@@ -2,6 +2,13 @@
 peer as log events, and starting a service (its environment, then uvicorn). Requests to peers
 are api/peers.py.
 
+TLS, as an option: with MEGHA_TLS_CERT, MEGHA_TLS_KEY and MEGHA_TLS_CA (PEM paths: this
+service's certificate and key, and the CA that signed every service's) a service serves HTTPS
+and its client verifies its peers against the CA (api/peers.py); its own address in
+MEGHA_ENDPOINTS must then be https://. All three or none: a half-set or unreadable one, or a
+scheme that disagrees, stops the service at start with a `config_error` naming the variable.
+scripts/make-certs.sh makes a CA and the certificates.
+
 Wire bodies are parsed with the wire model's own JSON parser (`model_validate_json`), not
 FastAPI's body binding: the wire models are written for JSON mode (infinite priorities travel
 as the string "Infinity"), and a refusal is the usual 422 with pydantic's detail, its `loc`
@@ -14,8 +21,9 @@ import asyncio
 import contextlib
 import json
 import os
+import ssl
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -27,7 +35,10 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import generate_latest
 from pydantic import BaseModel, ValidationError
 
+from api.auth import read_secret
+from api.endpoints import ENV as ENDPOINTS_ENV
 from api.endpoints import Endpoints
+from api.peers import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, client_ssl_context
 from common.errors import InvalidInput
 from common.federation import Federation, load_federation
 from services.auth import OPEN_PATHS
@@ -61,6 +72,9 @@ class PeerLink:
             self._log.emit(self._up_event, self._fields | extra)
 
 
+ECHO_BODY_MAX = 64 * 1024  # bytes of a body whose bad values a 422 quotes
+
+
 async def parse_body(request: Request, model: type[M]) -> M:
     """The request's JSON body as `model`; a 422 with pydantic's detail if it does not fit."""
     raw = await request.body()
@@ -71,7 +85,10 @@ async def parse_body(request: Request, model: type[M]) -> M:
         # hand FastAPI objects it cannot encode. A body that is not UTF-8 cannot be echoed
         # back as the error's input (found by benchmarks/fuzz_api.py: it was a 500).
         try:
-            details = json.loads(error.json(include_url=False))
+            # a value is echoed back only from a small body: a 10 MB id would cost the
+            # service more to echo than to refuse (benchmarks/bench_admission.py)
+            details = json.loads(error.json(include_url=False,
+                                            include_input=len(raw) <= ECHO_BODY_MAX))
         except ValueError:
             details = json.loads(error.json(include_url=False, include_input=False))
         for detail in details:
@@ -122,7 +139,7 @@ def document_refusals(app, open_paths: frozenset[str] = OPEN_PATHS) -> None:
     build = app.openapi
     refusals = {
         "401": "No token, a malformed `Authorization` header, or an unknown token.",
-        "403": "A user token on a route or queue it may not use.",
+        "403": "A user's or a role's token on a route (or a queue) it may not use.",
         "413": "The request body is over the service's limit (MEGHA_MAX_BODY_BYTES).",
     }
 
@@ -184,6 +201,64 @@ def log_crashes(task: asyncio.Task, log: EventLog) -> asyncio.Task:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerTLS:
+    """The PEM files a service serves HTTPS with, and the CA its peers' certificates carry."""
+
+    cert: str
+    key: str
+    ca: str
+
+
+def server_tls_from_env(environ: Mapping[str, str] | None = None) -> ServerTLS | None:
+    """MEGHA_TLS_CERT, MEGHA_TLS_KEY and MEGHA_TLS_CA, all three or none (None: plain HTTP).
+
+    Loaded here, not first by uvicorn, so that a key that does not match its certificate or a
+    file that cannot be read is an InvalidInput naming the variable and the path."""
+    environ = os.environ if environ is None else environ
+    names = (TLS_CERT_ENV, TLS_KEY_ENV, TLS_CA_ENV)
+    values = {name: environ.get(name, "").strip() for name in names}
+    given = [name for name in names if values[name]]
+    if not given:
+        return None
+    missing = [name for name in names if not values[name]]
+    if missing:
+        raise InvalidInput(missing[0], f"is not set, but {', '.join(given)} "
+                                       f"{'is' if len(given) == 1 else 'are'}: a service "
+                                       f"with TLS needs {', '.join(names)} (its certificate, "
+                                       f"its key and the CA that signed every service's)")
+    for name in (TLS_CERT_ENV, TLS_KEY_ENV):
+        try:
+            with open(values[name], "rb"):
+                pass
+        except OSError as error:
+            raise InvalidInput(name, f"cannot read {values[name]}: {error.strerror}") from None
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(values[TLS_CERT_ENV],
+                                                                values[TLS_KEY_ENV])
+    except ssl.SSLError as error:
+        raise InvalidInput(TLS_KEY_ENV, f"{values[TLS_KEY_ENV]} and {TLS_CERT_ENV} "
+                                        f"{values[TLS_CERT_ENV]} do not make a PEM key and its "
+                                        f"certificate ({error.reason or error})") from None
+    client_ssl_context(environ)  # the CA: refused here if it cannot be loaded
+    return ServerTLS(values[TLS_CERT_ENV], values[TLS_KEY_ENV], values[TLS_CA_ENV])
+
+
+def check_scheme(service_id: str, url: str, tls: ServerTLS | None) -> None:
+    """A service's own address must say what it serves: peers would otherwise speak plain
+    HTTP to its TLS port, or TLS to its plain one."""
+    https = url.startswith("https://")
+    if tls is not None and not https:
+        raise InvalidInput(ENDPOINTS_ENV, f"gives {service_id!r} the address {url}, but "
+                                          f"{TLS_CERT_ENV} is set: a service with TLS serves "
+                                          f"https://")
+    if tls is None and https:
+        raise InvalidInput(TLS_CERT_ENV, f"is not set, but {ENDPOINTS_ENV} gives "
+                                         f"{service_id!r} the address {url}: an https:// "
+                                         f"service needs {TLS_CERT_ENV}, {TLS_KEY_ENV} and "
+                                         f"{TLS_CA_ENV}")
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceEnv:
     """What a service's `main()` reads from its environment."""
 
@@ -191,11 +266,13 @@ class ServiceEnv:
     log: EventLog
     federation: Federation
     endpoints: Endpoints
+    tls: ServerTLS | None = None
 
 
 def read_service_env() -> ServiceEnv:
-    """MEGHA_ID, MEGHA_CONFIG (the federation file) and MEGHA_ENDPOINTS, with logging set up
-    first so that even a configuration error is a JSON line (`config_error`, exit status 2)."""
+    """MEGHA_ID, MEGHA_CONFIG (the federation file), MEGHA_ENDPOINTS and the TLS files, with
+    logging set up first so that even a configuration error is a JSON line (`config_error`,
+    exit status 2)."""
     service_id = os.environ.get("MEGHA_ID", "")
     sys.stdout.flush()
     log = EventLog(service_id or "unknown", BackgroundWriter(sys.stdout.fileno()))
@@ -209,11 +286,13 @@ def read_service_env() -> ServiceEnv:
         with open(path, encoding="utf-8") as file:
             federation = load_federation(file.read(), path)
         endpoints = Endpoints.from_env()
-        endpoints.url(service_id)  # where this service listens: missing is fatal
+        own_url = endpoints.url(service_id)  # where this service listens: missing is fatal
+        tls = server_tls_from_env()
+        check_scheme(service_id, own_url, tls)
     except (InvalidInput, OSError) as error:
         log.emit("config_error", {"error": str(error)})
         raise SystemExit(2) from None
-    return ServiceEnv(service_id, log, federation, endpoints)
+    return ServiceEnv(service_id, log, federation, endpoints, tls)
 
 
 def lifespan_of(service) -> Callable:
@@ -266,9 +345,11 @@ class CountRequests:
 
 
 def required_env(name: str) -> str:
-    value = os.environ.get(name, "")
+    """A variable that must be set; it may be given as NAME_FILE instead (api/auth.py,
+    `read_secret`), as secrets such as MEGHA_AMQP_URL are in Kubernetes."""
+    value = read_secret(name).value
     if not value:
-        raise InvalidInput(name, "is not set")
+        raise InvalidInput(name, f"is not set (nor {name}_FILE)")
     return value
 
 
@@ -280,7 +361,7 @@ def build_and_serve(env: ServiceEnv, build_app: Callable[[], object]) -> None:
     except InvalidInput as error:
         env.log.emit("config_error", {"error": str(error)})
         raise SystemExit(2) from None
-    serve(app, env.endpoints.url(env.service_id))
+    serve(app, env.endpoints.url(env.service_id), env.tls)
 
 
 class QuietServer(uvicorn.Server):
@@ -300,10 +381,11 @@ class QuietServer(uvicorn.Server):
             await asyncio.sleep(self.LOOK_EVERY)
 
 
-def serve(app, base_url: str) -> None:
-    """Run `app` with uvicorn (uvloop, httptools); its own logging goes through the root logger
-    (JSON lines)."""
+def serve(app, base_url: str, tls: ServerTLS | None = None) -> None:
+    """Run `app` with uvicorn (uvloop, httptools), over HTTPS with `tls`; its own logging goes
+    through the root logger (JSON lines)."""
     host, port = listen_address(base_url)
+    options = {} if tls is None else {"ssl_certfile": tls.cert, "ssl_keyfile": tls.key}
     config = uvicorn.Config(app, host=host, port=port, access_log=False, log_config=None,
-                            loop="uvloop", http="httptools")
+                            loop="uvloop", http="httptools", **options)
     QuietServer(config).run()

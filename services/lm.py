@@ -238,9 +238,14 @@ class LMService:
             "lm": self.lm_id, "epoch": self.core.epoch, "recovering": self.core.recovering,
             "workers": sorted(self.worker_urls)} | self.capacity)
         if self.event_log is not None:
+            # a damaged tail of the log was moved to a file of its own: say where and why
+            aside = self.event_log.set_aside
             self.log.emit("task_events_recovered", {
                 "lm": self.lm_id, "count": self.replayed, "path": str(self.event_log.path),
-                "torn_tail": self.event_log.dropped_tail})
+                "torn_tail": self.event_log.dropped_tail} | ({} if aside is None else {
+                    "set_aside": str(aside.path), "set_aside_bytes": aside.size,
+                    "set_aside_lines": aside.lines, "set_aside_intact": aside.intact,
+                    "set_aside_reason": aside.reason}))
             if self.replayed:
                 self._check_backlog()
         # not waiting for RabbitMQ: GMs and workers are served while it is away
@@ -592,14 +597,16 @@ def create_app(federation: Federation, lm_id: str, endpoints: Endpoints, amqp_ur
 def main() -> None:
     """`python -m services.lm`: MEGHA_CONFIG, MEGHA_ID, MEGHA_ENDPOINTS, MEGHA_AMQP_URL,
     MEGHA_STATE_DIR (default ./state; this LM keeps its task-event log in a folder of its
-    own there, which must outlive the process: a volume in a container)."""
+    own there, which must outlive the process: a volume in a container); the tokens
+    (MEGHA_CLUSTER_TOKEN, MEGHA_LM_TOKEN, the GMs' and workers' tokens or digests:
+    services/auth.py) and MEGHA_TLS_* (services/http.py)."""
     env = read_service_env()
     state_dir = (Path(os.environ.get("MEGHA_STATE_DIR", "state"))
                  / env.service_id.replace("/", "_"))
     build_and_serve(env, lambda: create_app(env.federation, env.service_id, env.endpoints,
                                             required_env("MEGHA_AMQP_URL"), log=env.log,
                                             state_dir=state_dir,
-                                            auth=auth_from_env(env.log)))
+                                            auth=auth_from_env(env.log, role="lm")))
 
 
 if __name__ == "__main__":

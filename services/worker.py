@@ -448,12 +448,14 @@ def create_app(federation: Federation, worker_id: str, endpoints: Endpoints, *,
 
 def main() -> None:
     """`python -m services.worker`: MEGHA_CONFIG, MEGHA_ID (e.g. `lm-1/w0`), MEGHA_ENDPOINTS;
+    the tokens (MEGHA_CLUSTER_TOKEN or its digest, MEGHA_WORKER_TOKEN, and the LMs' token or
+    its digest MEGHA_LM_TOKEN_SHA256: services/auth.py) and MEGHA_TLS_* (services/http.py);
     MEGHA_BURN_CPU=1 burns real CPU for each task instead of only holding its resources."""
     env = read_service_env()
     burn_cpu = os.environ.get("MEGHA_BURN_CPU", "") in ("1", "true", "yes")
     build_and_serve(env, lambda: create_app(env.federation, env.service_id, env.endpoints,
                                             burn_cpu=burn_cpu, log=env.log,
-                                            auth=auth_from_env(env.log)))
+                                            auth=auth_from_env(env.log, role="worker")))
 
 
 if __name__ == "__main__":

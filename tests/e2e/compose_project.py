@@ -67,6 +67,8 @@ class ComposeProject:
         if project is None:
             queues = [q.name for q in load_federation(CONFIG.read_text(), str(CONFIG)).queues]
             self.env.update(auth.generate_env(queues))
+            # the services check the tokens they do not send by digest (docker-compose.yml)
+            self.env.update(auth.digest_env(self.env))
         else:
             dotenv = read_env_file(ROOT / ".env") if (ROOT / ".env").is_file() else {}
             for name in (auth.CLUSTER_TOKEN_ENV, auth.USER_TOKENS_ENV):

@@ -2,8 +2,10 @@
 
 Every route a service lists in its OpenAPI document (read with the cluster token) is called
 without a token and with a wrong one: a route added without authentication fails here. Then
-user tokens against other queues, the body cap, the task cap, the submission rate (and the
-replayer waiting it out like a full backlog), and services started without their tokens.
+role tokens (the federation runs with them, each process holding only its own role's token
+and the others' digests), user tokens against other queues, the body cap, the task cap, the
+submission rate (and the replayer waiting it out like a full backlog), and services started
+without their tokens.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from api.endpoints import Endpoints
 from loadgen.replay import Replayer
 from loadgen.workload import ReplayJob, ReplayTask
 from services.auth import OPEN_PATHS, generate_token
+from services.job_body import submission_body_cap
 from services.local import LocalFederation
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -86,6 +89,49 @@ def test_every_route_but_the_open_ones_needs_a_token(federation) -> None:
     assert "needs the cluster token" in refused.json()["detail"]
 
 
+def test_a_role_token_opens_only_the_routes_its_role_calls(federation) -> None:
+    fed = federation
+    gm1, lm1, w0 = (fed.endpoints.url(s) for s in SERVICES)
+    as_worker, as_lm, as_gm = (fed.headers(role=r) for r in ("worker", "lm", "gm"))
+    with httpx.Client(timeout=10) as client:
+        # a stolen worker token can neither act as a GM on an LM nor call a GM
+        for method, url, route in (("POST", lm1 + "/v1/launch", "POST /v1/launch"),
+                                   ("POST", lm1 + "/v1/preempt", "POST /v1/preempt"),
+                                   ("GET", gm1 + "/v1/queues", "GET /v1/queues"),
+                                   ("POST", gm1 + "/v1/jobs", "POST /v1/jobs"),
+                                   ("POST", w0 + "/v1/tasks/batch", "POST /v1/tasks/batch")):
+            refused = client.request(method, url, headers=as_worker, json={})
+            assert refused.status_code == 403, (route, refused.text)
+            detail = refused.json()["detail"]
+            assert f"the worker token (MEGHA_WORKER_TOKEN) may not call {route}; " in detail
+            assert fed.role_tokens["worker"] not in detail
+        # ... and is taken on its own routes: past the token check, the body is judged
+        stranger = client.post(lm1 + "/v1/worker/heartbeat", headers=as_worker,
+                               json={"worker": "lm-9/w9"})
+        assert stranger.status_code == 422, stranger.text
+        assert "'lm-9/w9' is not a worker of lm-1" in stranger.text
+        # the LM's token starts nothing on an LM or a GM, and is taken by the worker
+        assert client.post(lm1 + "/v1/launch", headers=as_lm, json={}).status_code == 403
+        assert client.get(gm1 + "/v1/queues", headers=as_lm).status_code == 403
+        batch = client.post(w0 + "/v1/tasks/batch", headers=as_lm, json={})
+        assert batch.status_code == 200, batch.text
+        # the GM's token is taken by the LM, not by a worker
+        cancel = client.post(lm1 + "/v1/cancel", headers=as_gm,
+                             json={"gm": "gm-1", "attempt_id": "au-none#0.0"})
+        assert cancel.status_code == 202 and cancel.json()["cancelled"] is False, cancel.text
+        assert client.post(w0 + "/v1/tasks/batch", headers=as_gm, json={}).status_code == 403
+        # the operator's state routes take the cluster token only
+        state = client.get(lm1 + "/v1/state", headers=as_gm)
+        assert state.status_code == 403 and "it needs the cluster token" in state.text
+    # each process holds its own role's token and only the digests of the others'
+    worker_env = fed.env_for("lm-1/w0")
+    assert worker_env["MEGHA_WORKER_TOKEN"] == fed.role_tokens["worker"]
+    assert "MEGHA_LM_TOKEN" not in worker_env and "MEGHA_CLUSTER_TOKEN" not in worker_env
+    assert not any(token in worker_env.values()
+                   for token in (fed.role_tokens["lm"], fed.role_tokens["gm"],
+                                 fed.cluster_token, *fed.user_tokens.values()))
+
+
 def test_a_user_token_submits_and_reads_its_own_queue_only(federation) -> None:
     fed = federation
     gm1, gm2 = fed.endpoints.url("gm-1"), fed.endpoints.url("gm-2")
@@ -120,11 +166,14 @@ def test_bodies_over_the_cap_and_jobs_over_the_task_cap_are_refused(federation) 
     fed = federation
     gm1, lm1 = fed.endpoints.url("gm-1"), fed.endpoints.url("lm-1")
     with httpx.Client(timeout=10, headers=fed.headers("u1")) as u1:
-        big = json.dumps(job("au-big", "u1")) + " " * MAX_BODY
+        # the GM's submission route has its own cap, from limits.max_tasks_per_job (5 here)
+        cap = submission_body_cap(5)
+        big = json.dumps(job("au-big", "u1")) + " " * cap
         declared = u1.post(gm1 + "/v1/jobs", content=big,
                            headers={"content-type": "application/json"})
         assert declared.status_code == 413
-        assert f"limit of {MAX_BODY} bytes (MEGHA_MAX_BODY_BYTES)" in declared.json()["detail"]
+        assert (f"limit of {cap} bytes (1024 bytes per task of limits.max_tasks_per_job)"
+                in declared.json()["detail"])
 
         def chunks():
             for _ in range(3):
@@ -137,7 +186,8 @@ def test_bodies_over_the_cap_and_jobs_over_the_task_cap_are_refused(federation) 
         assert wide.status_code == 422
         (detail,) = wide.json()["detail"]
         assert detail["loc"] == ["body", "tasks"]
-        assert detail["msg"] == "6 tasks: a job may have at most 5 (limits.max_tasks_per_job)"
+        assert detail["msg"] == ("more than 5 tasks: a job may have at most 5 "
+                                 "(limits.max_tasks_per_job)")
         assert u1.get(gm1 + "/v1/jobs/au-wide").status_code == 404  # nothing accepted
 
 
@@ -184,7 +234,15 @@ def test_a_service_without_its_tokens_refuses_to_start(tmp_path, amqp_url) -> No
              ("lm-1/w0", "services.worker", {}, "MEGHA_CLUSTER_TOKEN: is not set"),
              ("gm-1", "services.gm", {}, "MEGHA_CLUSTER_TOKEN: is not set"),
              ("gm-1", "services.gm", {"MEGHA_CLUSTER_TOKEN": generate_token()},
-              "MEGHA_USER_TOKENS: is not set")]
+              "MEGHA_USER_TOKENS: is not set"),
+             ("lm-1/w0", "services.worker", {"MEGHA_CLUSTER_TOKEN": generate_token(),
+                                             "MEGHA_LM_TOKEN_SHA256": "0" * 64},
+              "MEGHA_WORKER_TOKEN: is not set, but role tokens are in use here"),
+             ("lm-1", "services.lm", {"MEGHA_CLUSTER_TOKEN_FILE": str(tmp_path / "none")},
+              f"MEGHA_CLUSTER_TOKEN_FILE: cannot read {tmp_path / 'none'}"),
+             ("lm-1", "services.lm", {"MEGHA_CLUSTER_TOKEN": generate_token(),
+                                      "MEGHA_TLS_CERT": str(tmp_path / "cert.pem")},
+              "MEGHA_TLS_KEY: is not set, but MEGHA_TLS_CERT is")]
     for k, (service, module, extra, message) in enumerate(cases):
         out = tmp_path / f"{k}.log"
         process = _start(service, module, {**base, **extra, "MEGHA_ID": service}, out)

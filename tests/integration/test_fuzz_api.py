@@ -24,7 +24,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 def test_no_endpoint_fails_or_strays_from_its_schema(tmp_path, amqp_url):
-    with LocalFederation(CONFIG, tmp_path, base_port=free_port_block(6),
+    # a second queue on gm-1, so that an id can be reused across queues of one GM
+    config = tmp_path / "federation.toml"
+    config.write_text(CONFIG.read_text().replace(
+        '[[queues]]\nname = "u1"\nshare = 0.5\ngm = "gm-1"',
+        '[[queues]]\nname = "u1"\nshare = 0.25\ngm = "gm-1"\n\n'
+        '[[queues]]\nname = "u3"\nshare = 0.25\ngm = "gm-1"'))
+    assert 'name = "u3"' in config.read_text()
+    with LocalFederation(config, tmp_path / "logs", base_port=free_port_block(6),
                          amqp_url=amqp_url) as fed:
         result = fuzz_api.fuzz_federation(fed, total=400, seed=7, job_wait=15)
     tally = result.tally
@@ -35,6 +42,9 @@ def test_no_endpoint_fails_or_strays_from_its_schema(tmp_path, amqp_url):
     assert tally.transport_errors == 0, report
     assert result.unhealthy == []
     assert result.lost_jobs == [], result.job_states
+    # accepted ids were sent again, and each answer was the one due (202 or 409)
+    assert tally.id_reuses >= 3, tally.job_sent
+    assert tally.id_reuse_violations == 0, report
     # the fuzzing got past the token check and the body's validation, both ways
     assert {200, 401, 422} <= set(tally.statuses), tally.statuses
 

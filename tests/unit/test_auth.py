@@ -18,55 +18,74 @@ from services.ratelimit import SubmissionRates, TokenBucket, retry_after
 T1, T2, CLUSTER = "a" * 20, "b" * 20, "c" * 20
 
 
+# Token texts no error may hold: T3 stands where a queue's name goes in the reversed items
+T3 = "SecretTokenText" + "z" * 9
+
+
 def test_user_tokens_parse_and_each_bad_item_is_named_by_position() -> None:
     assert parse_user_tokens(f" q1={T1}, q2 = {T2} ,") == {"q1": T1, "q2": T2}
     cases = {
-        "q1": "MEGHA_USER_TOKENS[0]: expected QUEUE=TOKEN, got 'q1'",
-        f"q1={T1},q2=": "MEGHA_USER_TOKENS[1]: expected QUEUE=TOKEN, got 'q2=...'",
-        f"={T1}": "MEGHA_USER_TOKENS[0]: expected QUEUE=TOKEN",
-        f"q1={T1},q1={T2}": "MEGHA_USER_TOKENS[1]: queue 'q1' has a token already",
-        "q1=short": "MEGHA_USER_TOKENS[0] (queue 'q1'): is 5 characters long",
-        f"q1={T1},q2={'x' * 18}!": "MEGHA_USER_TOKENS[1] (queue 'q2'): contains '!'",
-        f"q1={T1},q2={T1}": "queues 'q1' and 'q2' share a token",
+        T3: "MEGHA_USER_TOKENS[0]: expected QUEUE=TOKEN, found no '='",
+        f"q1={T1},{T3}": "MEGHA_USER_TOKENS[1]: expected QUEUE=TOKEN, found no '='",
+        f"q1={T1},q2=": "MEGHA_USER_TOKENS[1]: expected QUEUE=TOKEN, the token is empty",
+        f"={T1}": "MEGHA_USER_TOKENS[0]: expected QUEUE=TOKEN, the queue is empty",
+        f"q1={T1},q1={T2}": "MEGHA_USER_TOKENS[1]: names the same queue as item 0",
+        f"{T3}={T1},{T3}={T2}": "MEGHA_USER_TOKENS[1]: names the same queue as item 0",
+        "q1=short": "MEGHA_USER_TOKENS[0]: is 5 characters long",
+        f"{T3}=q1": "MEGHA_USER_TOKENS[0]: is 2 characters long",
+        f"q1={T1},q2={'x' * 18}!": "MEGHA_USER_TOKENS[1]: has 1 character(s) other than "
+                                   "letters, digits and -._~+/ (at position(s) 18",
+        f"q1={T1},q2={T3}'\"": "MEGHA_USER_TOKENS[1]: has 2 character(s)",
+        f"q1={T1},q2={T1}": "MEGHA_USER_TOKENS[1]: has the same token as item 0",
+        f"{T1}={T3},{T2}={T3}": "MEGHA_USER_TOKENS[1]: has the same token as item 0",
     }
     for text, expected in cases.items():
         with pytest.raises(InvalidInput) as refused:
             parse_user_tokens(text)
-        assert expected in str(refused.value), (text, str(refused.value))
-        assert T1 not in str(refused.value) and T2 not in str(refused.value)  # never echoed
+        message = str(refused.value)
+        assert expected in message, (text, message)
+        for secret in (T1, T2, T3, "short", "!", '"'):  # never echoed, not even in part
+            assert secret not in message, (text, message)
+    with pytest.raises(InvalidInput) as refused:
+        parse_user_tokens(f"q1={T1},{T3}={T2}", queues=["q1", "q2"])
+    assert str(refused.value) == ("MEGHA_USER_TOKENS[1]: names a queue the federation does "
+                                  "not have (known: q1, q2)")
 
 
 def test_a_service_without_its_token_refuses_to_start_unless_auth_is_off() -> None:
     with pytest.raises(InvalidInput, match="MEGHA_CLUSTER_TOKEN: is not set"):
-        AuthConfig.from_env({})
+        AuthConfig.from_env({}, role="lm")
     with pytest.raises(InvalidInput, match="MEGHA_USER_TOKENS: is not set"):
-        AuthConfig.from_env({"MEGHA_CLUSTER_TOKEN": CLUSTER}, queues=["q1"])
+        AuthConfig.from_env({"MEGHA_CLUSTER_TOKEN": CLUSTER}, role="gm", queues=["q1"])
     with pytest.raises(InvalidInput, match="MEGHA_CLUSTER_TOKEN: is 3 characters"):
-        AuthConfig.from_env({"MEGHA_CLUSTER_TOKEN": "abc"})
+        AuthConfig.from_env({"MEGHA_CLUSTER_TOKEN": "abc"}, role="worker")
     with pytest.raises(InvalidInput, match='MEGHA_AUTH: must be "on" or "off"'):
-        AuthConfig.from_env({"MEGHA_AUTH": "no"})
-    off = AuthConfig.from_env({"MEGHA_AUTH": "off"}, queues=["q1"])
+        AuthConfig.from_env({"MEGHA_AUTH": "no"}, role="lm")
+    off = AuthConfig.from_env({"MEGHA_AUTH": "off"}, role="gm", queues=["q1"])
     assert not off.enabled and off.identify(None) is OPERATOR and off.outgoing_headers() == {}
 
 
 def test_a_gms_user_tokens_must_match_the_federations_queues() -> None:
     env = {"MEGHA_CLUSTER_TOKEN": CLUSTER, "MEGHA_USER_TOKENS": f"q1={T1},qq={T2}"}
-    with pytest.raises(InvalidInput, match="queue\\(s\\) qq that the federation does not have"):
-        AuthConfig.from_env(env, queues=["q1", "q2"])
+    with pytest.raises(InvalidInput, match="MEGHA_USER_TOKENS\\[1\\]: names a queue the "
+                                           "federation does not have \\(known: q1, q2\\)"):
+        AuthConfig.from_env(env, role="gm", queues=["q1", "q2"])
     env["MEGHA_USER_TOKENS"] = f"q1={T1}"
     with pytest.raises(InvalidInput, match="no token for queue\\(s\\) q2"):
-        AuthConfig.from_env(env, queues=["q1", "q2"], own_queues=["q1", "q2"])
+        AuthConfig.from_env(env, role="gm", queues=["q1", "q2"], own_queues=["q1", "q2"])
     env["MEGHA_USER_TOKENS"] = f"q1={CLUSTER}"
-    with pytest.raises(InvalidInput, match="a user token equals MEGHA_CLUSTER_TOKEN"):
-        AuthConfig.from_env(env, queues=["q1"])
+    with pytest.raises(InvalidInput) as refused:
+        AuthConfig.from_env(env, role="gm", queues=["q1"])
+    assert str(refused.value) == ("MEGHA_USER_TOKENS (queue 'q1'): holds the same token as "
+                                  "MEGHA_CLUSTER_TOKEN; each token must be its own")
     env["MEGHA_USER_TOKENS"] = f"q1={T1}"
-    config = AuthConfig.from_env(env, queues=["q1", "q2"], own_queues=["q1"])
-    assert config.user_tokens == {"q1": T1}
+    config = AuthConfig.from_env(env, role="gm", queues=["q1", "q2"], own_queues=["q1"])
+    assert config.user_queues == {"q1"} and config.identify(f"Bearer {T1}").queue == "q1"
     assert config.outgoing_headers() == {"Authorization": f"Bearer {CLUSTER}"}
 
 
 def test_a_header_proves_the_operator_a_queue_or_nothing() -> None:
-    config = AuthConfig(True, CLUSTER, {"q1": T1})
+    config = AuthConfig.for_tokens(CLUSTER, {"q1": T1})
     assert config.identify(f"Bearer {CLUSTER}") is OPERATOR
     assert config.identify(f"bearer {T1}") == Principal("q1", "q1")
     assert Principal("q1", "q1").may_use("q1") and not Principal("q1", "q1").may_use("q2")
@@ -81,13 +100,13 @@ def test_a_header_proves_the_operator_a_queue_or_nothing() -> None:
 
 def test_generated_tokens_pass_the_checks() -> None:
     env = auth.generate_env(["q1", "q2"])
-    config = AuthConfig.from_env(env, queues=["q1", "q2"], own_queues=["q1", "q2"])
-    assert set(config.user_tokens) == {"q1", "q2"} and config.cluster_token not in env[
-        "MEGHA_USER_TOKENS"]
+    config = AuthConfig.from_env(env, role="gm", queues=["q1", "q2"], own_queues=["q1", "q2"])
+    assert config.user_queues == {"q1", "q2"} and config.sends == env["MEGHA_GM_TOKEN"]
+    assert len(set(env.values())) == len(env)
 
 
 def test_seal_refuses_a_route_outside_the_dependency() -> None:
-    app = auth.secure_app("t", None, AuthConfig(True, CLUSTER), max_body_bytes=4096)
+    app = auth.secure_app("t", None, AuthConfig.for_tokens(CLUSTER), max_body_bytes=4096)
 
     @app.get("/v1/fine")
     async def fine() -> dict:
