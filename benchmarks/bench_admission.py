@@ -32,7 +32,10 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from services.job_body import submission_body_cap  # noqa: E402
+from services.job_body import (  # noqa: E402
+    MAX_PLACEMENT_ENTRIES_PER_JOB,
+    submission_body_cap,
+)
 from services.local import LocalFederation, free_port_block  # noqa: E402
 
 
@@ -57,7 +60,7 @@ def bodies(max_tasks: int) -> dict[str, bytes]:
     deep = b'{"job_id":"deep","user":"u1","tasks":[' + task * (max_tasks - 1) + task[:-1] + b"]}"
     # the largest body the scan lets through to pydantic: every task at the per-job entry
     # bounds and the rest of its budget in a long id, and the last task bad (cpu_m 0)
-    entries = 100_000 // max_tasks
+    entries = MAX_PLACEMENT_ENTRIES_PER_JOB // max_tasks
     ids = b",".join(b'"n%d"' % k for k in range(entries))
     spare = max(1, min(128, per_task - 80 - len(ids) * 2))
     full = (b'{"cpu_m":1,"mem_mib":1,"task_id":"%s","nodes":[%s],"constraints":[%s]},'

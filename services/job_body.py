@@ -26,9 +26,12 @@ TASK_BYTES = 1024  # each task's budget in a submission
 # Entries of all of a job's placement sets, and of all its constraint lists. Each entry is a
 # Python object once pydantic builds the job (about 100-200 bytes), so without these a body
 # under the cap could hold a million of them and cost a GM 200 MiB to build, or to refuse
-# (measured with benchmarks/bench_admission.py).
-MAX_PLACEMENT_ENTRIES_PER_JOB = 100_000
-MAX_CONSTRAINT_ENTRIES_PER_JOB = 100_000
+# (measured with benchmarks/bench_admission.py). At 50,000 of each, a job at every bound
+# costs the scan and pydantic about 25 ms each; at 100,000 it was 37 and 52 ms. The widest job
+# of the bundled traces (3,035 tasks) with every one of 21 constraints on each task would
+# need 64,000: real jobs carry a few per task.
+MAX_PLACEMENT_ENTRIES_PER_JOB = 50_000
+MAX_CONSTRAINT_ENTRIES_PER_JOB = 50_000
 # Bytes the scan hands its parser at a time. The parser builds the objects of a whole chunk
 # before the scan sees the first, so a chunk bounds what a refused body costs; a small one
 # makes a long string slow (measured: a 10 MB id took 260 ms in 64 KiB chunks, 30 ms in 1 MiB).
