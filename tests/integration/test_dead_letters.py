@@ -23,6 +23,7 @@ import uuid
 import httpx
 import pika
 import pytest
+from test_broker import until
 from test_federation import CONFIG, read_events
 
 from api.dead_letters import (
@@ -99,15 +100,6 @@ def command(*argv: str) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = main(["dead-letters", *argv])
     return status, out.getvalue(), err.getvalue()
-
-
-async def until(predicate, timeout: float = 15.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 class Recorder:
