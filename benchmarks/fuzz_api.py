@@ -323,8 +323,8 @@ class Fuzzer:
             key = (service.id, response.json()["job_id"])
             self.tally.accepted_jobs[key] = service.url
             self.tally.job_bodies[key] = str(sent)[:300]
-            if isinstance(sent, dict) and "job_id" in sent:
-                self.tally.job_sent[key] = dict(sent)
+            if isinstance(sent, dict):  # the id as the GM answered: chosen by it or not
+                self.tally.job_sent[key] = {**sent, "job_id": key[1]}
 
     def reuse_ids(self, queues_of_gm: dict[str, list[str]], limit: int = 20) -> None:
         """Submit accepted jobs' ids again: the same body from its queue is the same job

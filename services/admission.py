@@ -29,6 +29,8 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from common.wire import JobSubmission
+
 RETRY_AFTER_MIN, RETRY_AFTER_MAX = 1, 30  # seconds a refused client is told to wait
 DRAIN_WINDOW = 10.0  # seconds over which the backlog's drain rate is measured
 
@@ -52,6 +54,12 @@ class IdConflict(Exception):
 
 def body_digest(canonical_json: str) -> str:
     return hashlib.sha256(canonical_json.encode()).hexdigest()
+
+
+def submission_digest(submission: JobSubmission, job_id: str) -> str:
+    """The digest of a submission as the job `job_id`: a job whose id the GM chose, sent again
+    with that id, is the same body."""
+    return body_digest(submission.model_copy(update={"job_id": job_id}).model_dump_json())
 
 
 def check_reuse(job_id: str, queue: str, digest: str, known: tuple[str, str] | None) -> bool:

@@ -92,8 +92,8 @@ from services.admission import (
     Backpressure,
     IdConflict,
     QueueAdmission,
-    body_digest,
     check_reuse,
+    submission_digest,
 )
 from services.auth import (
     USER_PATHS,
@@ -266,7 +266,7 @@ class GMService:
         except InvalidInput as error:
             raise invalid(error) from None
         canonical = sub.model_dump_json()
-        digest = body_digest(canonical)
+        digest = submission_digest(sub, job_id)
         try:
             known = self.admission.accepted.get(job_id)
             if check_reuse(job_id, sub.user, digest, (known.queue, known.digest)
@@ -311,7 +311,8 @@ class GMService:
     def _stored_identity(self, job_id: str) -> tuple[str, str] | None:
         """(queue, body digest) of a job this GM took out of the broker before."""
         stored = self.store.identity_of(job_id)
-        return None if stored is None else (stored[0], body_digest(stored[1]))
+        return None if stored is None else (
+            stored[0], submission_digest(JobSubmission.model_validate_json(stored[1]), job_id))
 
     # -- backpressure ----------------------------------------------------------------------------
 

@@ -84,6 +84,10 @@ def test_a_job_id_belongs_to_its_queue(federation) -> None:
         assert u3.get(gm1 + "/v1/jobs/shared-7").status_code == 403
         status = u1.get(gm1 + "/v1/jobs/shared-7").json()
         assert len(status["tasks"]) == 1  # u1's job, untouched by the others
+        # an id the GM chose is the queue's as well: sent again with it, the same job
+        chosen = u1.post(gm1 + "/v1/jobs", json=job(None, "u1")).json()["job_id"]
+        assert u1.post(gm1 + "/v1/jobs", json=job(chosen, "u1")).json()["job_id"] == chosen
+        assert u3.post(gm1 + "/v1/jobs", json=job(chosen, "u3")).status_code == 409
 
 
 def test_one_queues_burst_never_gets_another_queue_a_429(federation) -> None:
