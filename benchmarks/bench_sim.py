@@ -24,6 +24,8 @@ Figures, one `name=value` line each:
     sim_wall_s.CASE=...               the run and its checks, the child's own figure
     sim_tasks_per_s.CASE=...          tasks simulated per second of that wall
     sim_events_per_s.CASE=...         engine steps (deliveries, ticks, task ends) per second
+    sim_steps_per_task.CASE=...       engine steps per task: an instant's deliveries are one
+                                      step (simulator/engine.py); issue 38's target <= 4
     sim_peak_rss_mb.CASE=...
     sim_tasks_per_s_unsaturated=...   the issue's two headline figures
     sim_tasks_per_s_saturated=...
@@ -117,6 +119,7 @@ def main() -> None:
             print(f"sim_wall_s.{name}={case['wall']:.2f}")
             print(f"sim_tasks_per_s.{name}={case['tasks'] / case['wall']:.0f}")
             print(f"sim_events_per_s.{name}={case['steps'] / case['wall']:.0f}")
+            print(f"sim_steps_per_task.{name}={case['steps'] / case['tasks']:.2f}")
             print(f"sim_peak_rss_mb.{name}={case['rss_mb']:.0f}", flush=True)
     rate = {name: case["tasks"] / case["wall"] for name, case in figures.items()}
     if "unsaturated" in rate:
