@@ -88,7 +88,9 @@ def _break_mid_replay(testbed: ComposeProject, service: str,
     # a point in the replay, not a condition: the arrivals run on the replay's own clock
     time.sleep(BREAK_AFTER)
     broken_at = time.time()
-    broken_at = break_it() or broken_at
+    when = break_it()
+    if when is not None:
+        broken_at = when
     testbed.wait_healthy([service])
     output, _ = replay.communicate(timeout=600)
     assert replay.returncode == 0, output[-4000:]
@@ -183,8 +185,10 @@ def test_rabbitmq_restarted_mid_replay_nothing_accepted_is_lost(testbed: Compose
     events all stop for a while. The GMs accept nothing meanwhile (a job is accepted once
     RabbitMQ has it on disk; the replay retries), the services reconnect, and every job
     accepted before or after completes, each task once."""
-    outcome, restarted_at = _break_mid_replay(
-        testbed, "rabbitmq", lambda: testbed.compose("restart", "rabbitmq", timeout=120))
+    def restart() -> None:
+        testbed.compose("restart", "rabbitmq", timeout=120)
+
+    outcome, restarted_at = _break_mid_replay(testbed, "rabbitmq", restart)
     events = _each_task_done_once(testbed, outcome)
     _nothing_overcommitted(events)
     accepted_at = [e["ts"] for e in events if e["event"] == "job_accepted"
