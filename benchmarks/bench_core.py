@@ -5,6 +5,11 @@ constraints from the constraint model) is filled to a target occupancy; then one
 stream of jobs on its view. A decision is a task getting a verdict in a scheduling pass
 (placed, or waiting with a reason). Runs on one core; prints one `name=value` line per figure.
 
+The mixed streams (jobs of 1 to 100 tasks of varied demands and constraints) give
+`gm_decisions_per_s_occ{0,50,95}`. `gm_decisions_per_s_wide` is issue 38's case: jobs of
+`--wide-width` tasks (300) of one shape (one demand, one constraint set) at 50% occupancy,
+where a job's tasks could be placed as one group; today each is decided on its own.
+
     python benchmarks/bench_core.py [--nodes 10000] [--gms 4] [--lms 25] [--tasks 20000]
 """
 
@@ -92,7 +97,19 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def gm_decisions_per_s(args, occupancy: float) -> tuple[float, float, list[SendLaunch]]:
+def wide_jobs(count_tasks: int, width: int, user: str, rng: random.Random,
+              topologies) -> list[JobSpec]:
+    """Jobs of `width` tasks, every task of one shape: one demand, one constraint set."""
+    demand = Resources(rng.choice(CPU_CHOICES), rng.choice(MEM_CHOICES))
+    constraints = feasible_constraints(rng, topologies)
+    return [JobSpec(f"wide-{n}", user, tuple(
+                TaskSpec(f"wide-{n}/{i}", f"wide-{n}", demand, constraints, 10.0)
+                for i in range(width)), 0.0)
+            for n in range(max(1, count_tasks // width))]
+
+
+def gm_decisions_per_s(args, occupancy: float, wide: bool = False,
+                       ) -> tuple[float, float, list[SendLaunch]]:
     topologies, gms, queues = build(args.nodes, args.gms, args.lms, args.seed)
     lms = [LocalMaster(t) for t in topologies]
     fill(lms, occupancy, random.Random(args.seed + 1))
@@ -102,8 +119,9 @@ def gm_decisions_per_s(args, occupancy: float) -> tuple[float, float, list[SendL
                       topologies=topologies)
     for lm in lms:
         gm.handle(HeartbeatReceived("hb", lm.snapshot()), 0.0)
-    workload = jobs(args.tasks, "u1", random.Random(args.seed + 2), f"occ{occupancy}-",
-                    topologies)
+    rng = random.Random(args.seed + 2)
+    workload = (wide_jobs(args.tasks, args.wide_width, "u1", rng, topologies) if wide else
+                jobs(args.tasks, "u1", rng, f"occ{occupancy}-", topologies))
     settle_heap()
     launches: list[SendLaunch] = []
     verdicts = 0
@@ -140,6 +158,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--occupancy", type=float, nargs="+", default=[0.0, 0.5, 0.95],
                         help="occupancies to measure, as fractions")
+    parser.add_argument("--wide-width", type=int, default=300,
+                        help="tasks of each one-shape job of the wide case (default 300)")
     args = parser.parse_args()
     launches: list[SendLaunch] = []
     for occupancy in args.occupancy:
@@ -149,6 +169,9 @@ def main() -> None:
         print(f"gm_placed_share_occ{tag}={placed_share:.3f}")
         if occupancy == 0.5:
             launches = made
+    rate, placed_share, _ = gm_decisions_per_s(args, 0.5, wide=True)
+    print(f"gm_decisions_per_s_wide={rate:.0f}")
+    print(f"gm_placed_share_wide={placed_share:.3f}")
     if launches:
         print(f"lm_validations_per_s={lm_validations_per_s(args, launches):.0f}")
 

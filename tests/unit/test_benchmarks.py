@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("script, args, names", [
     ("bench_core.py", ["--nodes", "400", "--lms", "4", "--gms", "2", "--tasks", "300",
                        "--occupancy", "0.5"],
-     ["gm_decisions_per_s_occ50", "lm_validations_per_s"]),
+     ["gm_decisions_per_s_occ50", "gm_decisions_per_s_wide", "lm_validations_per_s"]),
     ("bench_inspect.py", ["--events", "20000"],
      ["inspect_events_per_s", "inspect_peak_rss_mb"]),
     ("bench_sim.py", ["--nodes", "200", "--gms", "2", "--lms", "4", "--trace",
