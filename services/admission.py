@@ -136,10 +136,11 @@ class QueueAdmission:
     # -- the decision ----------------------------------------------------------------------------
 
     def admit(self, queue: str, waiting_by_queue: Mapping[str, int], core_waiting: int,
-              placed: int, now: float) -> None:
+              placed: Callable[[], int], now: float) -> None:
         """Raise `Backpressure` if `queue` may not add a job now (see the module docstring).
-        `waiting_by_queue`: the core's waiting tasks per queue; `placed`: the core's count of
-        tasks placed so far (for the drain rate and Retry-After); `now`: monotonic seconds."""
+        `waiting_by_queue`: the core's waiting tasks per queue; `placed()`: the core's count
+        of tasks placed so far (for the drain rate and Retry-After), asked at most twice a
+        second and on a refusal, not on every submission; `now`: monotonic seconds."""
         self._sample_drain(placed, now)
         held = waiting_by_queue.get(queue, 0) + self.accepted_tasks[queue]
         part = self.parts.get(queue, 0)
@@ -147,7 +148,7 @@ class QueueAdmission:
             self._episode_ends(queue, held, now)
             return
         total = self.total(core_waiting)
-        rate = self._drain_rate(placed, now)
+        rate = self._drain_rate(placed(), now)
         excess = held - part + 1
         retry_after = (RETRY_AFTER_MAX // 6 if rate <= 0 else
                        min(RETRY_AFTER_MAX, max(RETRY_AFTER_MIN, math.ceil(excess / rate))))
@@ -172,10 +173,10 @@ class QueueAdmission:
                                         "refused": self._refused_in_episode.pop(queue, 0),
                                         "seconds": round(now - since, 3)})
 
-    def _sample_drain(self, placed: int, now: float) -> None:
+    def _sample_drain(self, placed: Callable[[], int], now: float) -> None:
         samples = self._drain_samples
         if not samples or now - samples[-1][0] >= 0.5:
-            samples.append((now, placed))
+            samples.append((now, placed()))
         while len(samples) > 2 and now - samples[1][0] >= DRAIN_WINDOW:
             samples.popleft()
 

@@ -258,8 +258,7 @@ class GMService:
     async def submit(self, sub: JobSubmission) -> str:
         """Validate, publish durably, and return the job id; raises HTTPException."""
         job_id = sub.job_id or uuid.uuid4().hex[:16]
-        arrival = time.time()
-        self.check_task_count(len(sub.tasks))
+        arrival = time.time()  # the task count was checked before the body was built
         try:
             job = job_from_wire(sub, job_id, arrival)
             self.core.check_job(job)
@@ -278,7 +277,7 @@ class GMService:
         except IdConflict as conflict:
             raise HTTPException(409, detail=conflict.detail) from None
         self.admission.admit(sub.user, self.core.waiting_by_user, self.core.waiting,
-                             self._placed(), time.monotonic())
+                             self._placed, time.monotonic())
         self.admission.accept(job_id, AcceptedJob(sub.user, len(sub.tasks), digest))
         done = self._publishing[job_id] = asyncio.get_running_loop().create_future()
         # the submission as its wire model writes it, framed without parsing it again
@@ -301,12 +300,6 @@ class GMService:
         self.log.emit("job_accepted", {"job": job_id, "user": sub.user, "gm": self.gm_id,
                                        "tasks": len(sub.tasks), "arrival": arrival})
         return job_id
-
-    def check_task_count(self, tasks: int) -> None:
-        if tasks > self.max_tasks_per_job:
-            limit = self.max_tasks_per_job  # `tasks` may be counted only to limit + 1
-            raise invalid(InvalidInput("tasks", f"more than {limit} tasks: a job may have at "
-                                                f"most {limit} (limits.max_tasks_per_job)"))
 
     def _stored_identity(self, job_id: str) -> tuple[str, str] | None:
         """(queue, body digest) of a job this GM took out of the broker before."""

@@ -17,7 +17,6 @@ RabbitMQ, no sockets.
 from __future__ import annotations
 
 import dataclasses
-import io
 import math
 import typing
 from pathlib import Path
@@ -25,8 +24,8 @@ from pathlib import Path
 import pytest
 from bitarray import frozenbitarray
 from fastapi.routing import APIRoute
+from role_apps import role_apps
 
-from api.endpoints import Endpoints
 from common.cluster import ClusterTopology, LMSnapshot, RunningInfo
 from common.commands import (
     CheckpointOnWorker,
@@ -44,7 +43,6 @@ from common.commands import (
     StartOnWorker,
     StopOnWorker,
 )
-from common.federation import load_federation
 from common.message_table import BY_COMMAND, MESSAGES, Message
 from common.messages import LaunchResult, Placement, RequestKind, TaskEvent
 from common.models import NodeSpec, TaskSpec
@@ -52,10 +50,8 @@ from common.reasons import Reason
 from common.resources import Resources
 from common.routing import GM, LM, ROUTES, WORKER, Receiver
 from common.wire import TopologyCache, snapshot_to_wire
-from services import gm, lm, worker
 from services.auth import AuthConfig
 from services.broker import HEARTBEAT_EXCHANGE, TASK_EVENTS_EXCHANGE
-from services.eventlog import EventLog
 
 ROOT = Path(__file__).resolve().parents[2]
 SENDER_ID = {GM: "gm-1", LM: "lm-1", WORKER: "lm-1/w0"}
@@ -131,25 +127,8 @@ def comparable(value: object) -> object:
 @pytest.fixture(scope="module")
 def apps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """One app of each role, built and not started."""
-    text = (ROOT / "deploy" / "federation-small.toml").read_text()
-    federation = load_federation(text, "federation-small.toml")
-    ids = [*federation.gms, *(cluster.id for cluster in federation.lms),
-           *sorted(federation.workers())]
-    endpoints = Endpoints({name: f"http://127.0.0.1:{9000 + n}" for n, name in enumerate(ids)})
     auth = AuthConfig(enabled=False)
-
-    def log(name: str) -> EventLog:
-        return EventLog(name, io.StringIO())
-
-    state = tmp_path_factory.mktemp("gm-state")
-    return {
-        GM: gm.create_app(gm.GMService(federation, "gm-1", endpoints, "amqp://unused", state,
-                                       auth=auth, log=log("gm-1"))),
-        LM: lm.create_app(federation, "lm-1", endpoints, "amqp://unused", auth=auth,
-                          log=log("lm-1")),
-        WORKER: worker.create_app(federation, "lm-1/w0", endpoints, auth=auth,
-                                  log=log("lm-1/w0")),
-    }
+    return role_apps(tmp_path_factory.mktemp("gm-state"), lambda role: auth)
 
 
 def api_routes(app) -> dict[str, APIRoute]:

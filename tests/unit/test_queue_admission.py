@@ -40,7 +40,7 @@ def test_a_queue_below_its_part_is_never_refused(steps) -> None:
     for number, (queue, tasks, consumed) in enumerate(steps):
         held = gate.accepted_tasks[queue]
         try:
-            gate.admit(queue, {}, 0, placed=0, now=float(number))
+            gate.admit(queue, {}, 0, placed=lambda: 0, now=float(number))
         except Backpressure as refused:
             assert held >= gate.parts[queue], (queue, held, gate.parts)
             assert refused.retry_after >= 1
@@ -59,15 +59,15 @@ def test_a_part_is_reserved_never_lent() -> None:
     accepted = 0
     with pytest.raises(Backpressure, match="at or over its part of 50"):
         while True:
-            gate.admit("a", {}, 0, placed=0, now=0.0)
+            gate.admit("a", {}, 0, placed=lambda: 0, now=0.0)
             gate.accept(f"j{accepted}", AcceptedJob("a", 10, "d"))
             accepted += 1
     # b and c keep their 50 tasks of room, idle as they are: a stops at its part
     assert gate.accepted_tasks["a"] == 50
-    gate.admit("b", {}, 0, placed=0, now=0.0)  # below its part: admitted
+    gate.admit("b", {}, 0, placed=lambda: 0, now=0.0)  # below its part: admitted
     # the core's waiting tasks count as the queue's too
     with pytest.raises(Backpressure):
-        gate.admit("c", {"c": 25}, 25, placed=0, now=0.0)
+        gate.admit("c", {"c": 25}, 25, placed=lambda: 0, now=0.0)
 
 
 def test_the_episodes_of_refusals_are_logged_per_queue() -> None:
@@ -76,9 +76,9 @@ def test_the_episodes_of_refusals_are_logged_per_queue() -> None:
     gate.accept("big", AcceptedJob("a", 60, "d"))
     for now in (0.0, 1.0):
         with pytest.raises(Backpressure):
-            gate.admit("a", {}, 0, placed=0, now=now)
+            gate.admit("a", {}, 0, placed=lambda: 0, now=now)
     gate.taken("big")
-    gate.admit("a", {}, 0, placed=60, now=2.0)
+    gate.admit("a", {}, 0, placed=lambda: 60, now=2.0)
     assert [name for name, _ in events] == ["backlog_full", "backlog_open"]
     assert events[0][1]["queue"] == "a" and events[1][1]["refused"] == 2
 

@@ -4,20 +4,18 @@ needs in its environment, digests, secrets read from files, and that no error ho
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
+from role_apps import role_apps, small_federation
 
 from api.auth import SECRET_ENVS, read_secret
-from api.endpoints import Endpoints
 from common.errors import InvalidInput
-from common.federation import load_federation
 from common.message_table import MESSAGES
 from loadgen.credentials import user_tokens
-from services import auth, gm, lm, worker
+from services import auth
 from services.auth import (
     OPEN_PATHS,
     OPERATOR,
@@ -31,7 +29,6 @@ from services.auth import (
     env_for_role,
     generate_env,
 )
-from services.eventlog import EventLog
 from services.http import required_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,28 +46,9 @@ def bearer(token: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def apps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """One app of each role with role tokens, built and not started."""
-    text = (ROOT / "deploy" / "federation-small.toml").read_text()
-    federation = load_federation(text, "federation-small.toml")
-    ids = [*federation.gms, *(cluster.id for cluster in federation.lms),
-           *sorted(federation.workers())]
-    endpoints = Endpoints({name: f"http://127.0.0.1:{9000 + n}" for n, name in enumerate(ids)})
-    queue = federation.queues[0].name
-
-    def config(role: str) -> AuthConfig:
-        return AuthConfig.for_tokens(CLUSTER, {queue: USER_TOKEN}, TOKENS, role)
-
-    def log(name: str) -> EventLog:
-        return EventLog(name, io.StringIO())
-
-    state = tmp_path_factory.mktemp("gm-state")
-    return {
-        "gm": gm.create_app(gm.GMService(federation, "gm-1", endpoints, "amqp://unused", state,
-                                         auth=config("gm"), log=log("gm-1"))),
-        "lm": lm.create_app(federation, "lm-1", endpoints, "amqp://unused", auth=config("lm"),
-                            log=log("lm-1")),
-        "worker": worker.create_app(federation, "lm-1/w0", endpoints, auth=config("worker"),
-                                    log=log("lm-1/w0")),
-    }
+    queue = small_federation().queues[0].name
+    return role_apps(tmp_path_factory.mktemp("gm-state"), lambda role: AuthConfig.for_tokens(
+        CLUSTER, {queue: USER_TOKEN}, TOKENS, role))
 
 
 def test_each_message_route_takes_its_senders_token() -> None:
