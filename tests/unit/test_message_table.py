@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from pathlib import Path
 
 import pytest
 from bitarray import frozenbitarray
@@ -53,7 +52,6 @@ from common.wire import TopologyCache, snapshot_to_wire
 from services.auth import AuthConfig
 from services.broker import HEARTBEAT_EXCHANGE, TASK_EVENTS_EXCHANGE
 
-ROOT = Path(__file__).resolve().parents[2]
 SENDER_ID = {GM: "gm-1", LM: "lm-1", WORKER: "lm-1/w0"}
 WORKER_LM = {"lm-1/w0": "lm-1"}
 

@@ -4,8 +4,6 @@ needs in its environment, digests, secrets read from files, and that no error ho
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
@@ -31,7 +29,6 @@ from services.auth import (
 )
 from services.http import required_env
 
-ROOT = Path(__file__).resolve().parents[2]
 # Every route outside a service's ROUTE_CALLERS table is the operator's alone
 OPERATOR_ONLY = frozenset({"/v1/state", "/v1/debug/story/{key:path}", "/openapi.json"})
 CLUSTER = "c" * 20
