@@ -161,6 +161,12 @@ class LocalMaster:
         return self._workers.recovering
 
     @property
+    def unlisted_hold(self) -> float:
+        """The longest it keeps an attempt its worker's heartbeats do not list: a launch its
+        worker never acknowledged (the call to the worker lost) waits `dispatch_timeout`."""
+        return max(self._workers.timeout, self._workers.dispatch_timeout)
+
+    @property
     def accepting(self) -> bool:
         """Whether it takes new work: neither recovering nor backlogged."""
         return not self._workers.recovering and not self.backlogged

@@ -521,6 +521,7 @@ class FederationMachine(RuleBasedStateMachine):
         """
         fed = self.fed
         ended = {end.job_id for end in fed.ended_jobs}
+        hold = max(lm.unlisted_hold for lm in fed.lms.values())
         quiet_rounds = 0
         for _ in range(rounds):
             self._deliver_all()
@@ -529,9 +530,10 @@ class FederationMachine(RuleBasedStateMachine):
             idle = not fed.executing and not any(lm.running for lm in fed.lms.values())
             if ended >= set(self.submitted) and idle:
                 return
-            # once every job ended, leftovers must clear within a worker timeout
+            # once every job ended, leftovers must clear within the longest an LM holds an
+            # attempt its worker does not list (a lost call to a worker: dispatch_timeout)
             quiet_rounds = quiet_rounds + 1 if ended >= set(self.submitted) else 0
-            if quiet_rounds > 2 * fed.worker_timeout / fed.heartbeat_interval + 2:
+            if quiet_rounds > 2 * hold / fed.heartbeat_interval + 2:
                 return
             fed.finish_all()
             fed.tick(fed.heartbeat_interval)

@@ -248,3 +248,31 @@ def test_a_finish_from_the_log_after_the_gms_lease_expired_completes_the_task_on
     assert [(f["task"], f["attempt"]) for f in done] == [("a/0", first)]
     audit = drain_and_check(fed, ["a"])
     assert audit.task_done == Counter({"a/0": 1})
+
+
+def test_an_lm_holding_a_launch_whose_worker_call_was_lost_frees_it_at_its_dispatch_timeout(
+) -> None:
+    """Hypothesis's case: lm-1 takes j1/0 and its call to the worker is lost, and so is its
+    answer to the GM, which places the task again on lm-2, where it ends the job. lm-1 holds
+    the attempt its worker never heard of until `dispatch_timeout` (four worker timeouts),
+    then ends it as lost. The drain used to give up after two worker timeouts and report
+    the attempt still held; it now waits as long as an LM may hold one."""
+
+    class Quiet(DurableProtocolMachine):
+        def _report_coverage(self) -> None:  # hypothesis's `event` needs a running test
+            pass
+
+    machine = Quiet()
+    machine.build(num_gms=2, workers_per_lm=1, best_fit=False, seed=0)
+    for _ in range(4):
+        machine.deliver_in_order(count=1)
+    machine.submit(gm_pick=0, tasks=[(500, 512, 0, 0)])
+    machine.deliver_in_order(count=1)
+    assert [type(m.event).__name__ for m in machine.fed.network] == ["TaskAssigned",
+                                                                     "LMReplied"]
+    machine.drop_one(pick=0)  # lm-1's call to its worker
+    machine.drop_one(pick=0)  # lm-1's answer to gm-1
+    machine.teardown()
+    lost = [(source, r.fields["attempt"]) for source, r in machine.fed.logs
+            if r.event == "task_lost"]
+    assert lost == [("lm-1", "j1/0#0.1")]
