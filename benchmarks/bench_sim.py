@@ -33,6 +33,11 @@ Figures, one `name=value` line each:
     sim_cost_growth=...               wall per task at 1,200 jobs / at 300; target <= 1.5
     sim_queued_over_saturated=...     tasks/s with local queues / without, saturated
     sim_copies_over_varied=...        tasks/s with redundant copies / without, load 0.6
+    sim_megha_over_sparrow.CASE=...   for `unsaturated` and `saturated`: the wall of the run
+                                      over that of the same case under our own Sparrow
+                                      baseline (`--scheduler sparrow`, same trace, nodes and
+                                      log setting); issue 38's targets <= 3 and <= 5
+                                      (`--no-baseline` skips these runs)
 
 Targets on a 2-core machine: the whole trace at 10,000 nodes <= 10 s, at 50,000 nodes, 10 GMs
 and 50 LMs <= 25 s; the saturated 600-job case <= 5 s.
@@ -41,6 +46,7 @@ and 50 LMs <= 25 s; the saturated 600-job case <= 5 s.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import resource
 import subprocess
@@ -72,23 +78,31 @@ def case_arguments(name: str, args: argparse.Namespace) -> list[str]:
     return ["--jobs", str(jobs[name]), *SATURATED, *queues]
 
 
-def run_case(name: str, extra: list[str], args: argparse.Namespace, folder: Path) -> dict:
-    """One `megha simulate` child; its figures."""
-    log = ["--no-log"] if args.no_log else ["--log", str(folder / f"{name}.log")]
+BASELINE = "sparrow"  # the figure the issue compares against: our own Sparrow model
+BASELINE_CASES = ("unsaturated", "saturated")
+
+
+def run_case(name: str, extra: list[str], args: argparse.Namespace, folder: Path,
+             scheduler: str | None = None) -> dict:
+    """One `megha simulate` child (under `scheduler`, by default `--scheduler`'s); its
+    figures."""
+    scheduler = scheduler or args.scheduler
+    log = ["--no-log"] if args.no_log else ["--log", str(folder / f"{name}-{scheduler}.log")]
+    results = folder / f"{name}-{scheduler}.json"
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     done = subprocess.run(
-        [sys.executable, "-m", "megha", "simulate", "--scheduler", args.scheduler,
+        [sys.executable, "-m", "megha", "simulate", "--scheduler", scheduler,
          "--nodes", str(args.nodes), "--gms", str(args.gms), "--lms", str(args.lms),
-         "--slots", "--trace", str(args.trace), *extra, *log],
+         "--slots", "--trace", str(args.trace), "--results", str(results), *extra, *log],
         cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"case {name} failed:\n{done.stderr[-2000:]}")
+        sys.exit(f"case {name} ({scheduler}) failed:\n{done.stderr[-2000:]}")
     # ru_maxrss of children is the largest of any child so far: a case's own peak is only
     # known when it is the largest yet, so cases run smallest first
     peak_kib = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before)
     header = re.search(r"(\d+) jobs, (\d+) tasks", done.stdout)
-    wall = float(re.search(r"wall ([\d.]+) s", done.stdout).group(1))
-    steps = int(re.search(r"([\d,]+) steps", done.stdout).group(1).replace(",", ""))
+    figures = json.loads(results.read_text())  # the wall unrounded: a toy run's is ~0.01 s
+    wall, steps = figures["wall_s"], figures["steps"]
     return {"tasks": int(header.group(2)), "wall": wall, "steps": steps,
             "rss_mb": peak_kib / 1024}
 
@@ -108,6 +122,8 @@ def main() -> None:
                         default=(300, 1200), metavar="SMALL,LARGE",
                         help="jobs of the two growth cases (default 300,1200)")
     parser.add_argument("--no-log", action="store_true", help="measure without the event log")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help=f"skip the {BASELINE} runs of sim_{{scheduler}}_over_{BASELINE}")
     args = parser.parse_args()
     names = [name for name in CASES if not args.only or name in args.only]
     figures = {}
@@ -121,6 +137,13 @@ def main() -> None:
             print(f"sim_events_per_s.{name}={case['steps'] / case['wall']:.0f}")
             print(f"sim_steps_per_task.{name}={case['steps'] / case['tasks']:.2f}")
             print(f"sim_peak_rss_mb.{name}={case['rss_mb']:.0f}", flush=True)
+            if name in BASELINE_CASES and not args.no_baseline and args.scheduler != BASELINE:
+                # after the case: the baseline's smaller peak does not hide the case's own
+                baseline = run_case(name, case_arguments(name, args), args, Path(folder),
+                                    BASELINE)
+                print(f"sim_wall_s.{name}.{BASELINE}={baseline['wall']:.2f}")
+                print(f"sim_{args.scheduler}_over_{BASELINE}.{name}="
+                      f"{case['wall'] / baseline['wall']:.2f}", flush=True)
     rate = {name: case["tasks"] / case["wall"] for name, case in figures.items()}
     if "unsaturated" in rate:
         print(f"sim_tasks_per_s_unsaturated={rate['unsaturated']:.0f}")

@@ -24,12 +24,13 @@ ROOT = Path(__file__).resolve().parents[2]
                       "--saturated-jobs", "20", "--growth", "10,40"],
      ["sim_tasks_per_s_unsaturated", "sim_tasks_per_s_saturated",
       "sim_saturated_over_unsaturated", "sim_cost_growth", "sim_queued_over_saturated",
-      "sim_copies_over_varied"]),
+      "sim_copies_over_varied", "sim_megha_over_sparrow.unsaturated",
+      "sim_megha_over_sparrow.saturated"]),
 ])
 def test_a_benchmark_prints_its_figures(script, args, names):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
                           capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    figures = dict(re.findall(r"^(\w+)=(\S+)$", done.stdout, flags=re.MULTILINE))
+    figures = dict(re.findall(r"^([\w.]+)=(\S+)$", done.stdout, flags=re.MULTILINE))
     for name in names:
         assert float(figures[name]) > 0, done.stdout
