@@ -160,11 +160,7 @@ class LocalMaster:
     def recovering(self) -> bool:
         return self._workers.recovering
 
-    @property
-    def unlisted_hold(self) -> float:
-        """The longest it keeps an attempt its worker's heartbeats do not list: a launch its
-        worker never acknowledged (the call to the worker lost) waits `dispatch_timeout`."""
-        return max(self._workers.timeout, self._workers.dispatch_timeout)
+    unlisted_hold = property(lambda self: self._workers.unlisted_hold)  # see WorkerWatch
 
     @property
     def accepting(self) -> bool:

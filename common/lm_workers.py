@@ -95,6 +95,12 @@ class WorkerWatch:
         good (`DispatchFailed`)."""
         return now - launched_at > (self.timeout if acknowledged else self.dispatch_timeout)
 
+    @property
+    def unlisted_hold(self) -> float:
+        """The longest an attempt its worker's heartbeats do not list is kept: one its worker
+        never acknowledged (the call to the worker lost) waits `dispatch_timeout`."""
+        return max(self.timeout, self.dispatch_timeout)
+
     def unlisted(self, running: Mapping[str, RunningAttempt], nodes: list[int],
                  listed: set[str], now: float) -> list[str]:
         """The attempts on `nodes` (a worker's) its heartbeat does not list, and `overdue`."""
