@@ -10,6 +10,19 @@ The view is the last snapshot of each LM plus this GM's own in-flight reservatio
 are re-applied on top of every newer snapshot: if the LM already counted them the view is
 briefly pessimistic, never optimistic, and the request's answer settles it.
 
+The merged vectors are laid out lazily. A snapshot from an LM the view has not seen (or
+from a restarted LM with other nodes) only records the LM's slot and marks the layout stale;
+the first read of anything laid out (`order`, `topology`, `state`, `gained`, `room`, a search,
+a reservation, a snapshot of a known LM, ...) rebuilds it once. A GM hears every LM's first
+heartbeat in a burst before it has anything to place, and rebuilding after each one merged
+the federation once per LM, quadratic in the LMs (100 merges at 4 GMs x 25 LMs of 400
+nodes, a quarter of a small `megha simulate`'s wall). Deferring is exact: while the layout
+is stale nothing but new slots can have happened to the view (everything else lays it out
+first), and a layout is a function of the slots, reservations, queue claims and thresholds
+alone, which a new slot does not touch, so the one layout equals the last of the eager
+ones it replaces. `layouts` still counts every change of the LMs' set; `merges`, the
+layouts done.
+
 `gained` marks the nodes that may have gained room (a snapshot showing more free resources or
 a node back up, a reservation released, an LM heard again) since the GM last looked: a GM
 holding tasks that fit nowhere looks at them again only when one of those nodes could take
@@ -42,7 +55,7 @@ class LMSlot:
     lm: str
     topology: ClusterTopology
     snapshot: LMSnapshot
-    offset: int = 0
+    offset: int = 0  # in the merged vectors: valid for the slots of a laid-out `order`
     last_heard: float = float("-inf")
     reachable: bool = True
     running: tuple[RunningInfo, ...] = ()
@@ -76,31 +89,106 @@ class FederationView:
     def __init__(self, gm: str) -> None:
         self.gm = gm
         self.slots: dict[str, LMSlot] = {}
-        self.order: list[LMSlot] = []  # by offset
-        self.layouts = 0  # how many times the set of topologies changed (`_relayout`)
+        # Laid out by `_relayout` (see the module's docstring): read through the properties
+        # below, which lay the view out first when a new LM has made it stale.
+        self._stale = False  # a slot was added since the last layout
+        self._order: list[LMSlot] = []  # by offset
+        self.layouts = 0  # how many times the set of topologies changed (a new or restarted LM)
+        self.merges = 0  # how many times the merged vectors were laid out (`_relayout`)
         self.running_changes = 0  # how many running lists snapshots brought (usage is kept by it)
         self._offsets: list[int] = []
-        self.topology: ClusterTopology | None = None
-        self.state: ClusterState | None = None
-        self.g = -1  # this GM's partition index in the merged topology
-        self.reachable = bitarray()
-        self.all_reachable = True
+        self._topology: ClusterTopology | None = None
+        self._state: ClusterState | None = None
+        self._g = -1  # this GM's partition index in the merged topology
+        self._reachable = bitarray()
+        self._all_reachable = True
         self.inflight: dict[str, tuple[str, list[tuple[int, int, int]]]] = {}
         # the smallest demand seen: nodes with less room are left out of `available`
         self.min_cpu = self.min_mem = 2**62
         # constraint set (or, for a task with a placement set, (constraint set, placement
         # set)) -> eligible nodes, for this GM's partitions and for the others'
         self._masks: dict[bool, dict[object, object]] = {True: {}, False: {}}
-        self.gained = bitarray()  # nodes that may have gained room since `take_gained`
+        self._gained = bitarray()  # nodes that may have gained room since `take_gained`
         # Local queues: the nodes whose queue has room, as the LMs' snapshots show it, less
         # the nodes this GM has asked to queue on since (one claim per node until the answer).
-        self.room = bitarray()
-        self.room_gained = False  # some queue gained room since the backlog last looked
+        self._room = bitarray()
+        self._room_gained = False  # some queue gained room since the backlog last looked
         self.queue_claims: dict[str, tuple[str, list[int]]] = {}
-        self.capacity = (1, 1)  # total cpu and memory of the federation
+        self._capacity = (1, 1)  # total cpu and memory of the federation
 
     def __len__(self) -> int:
-        return len(self.order)
+        return len(self.slots)  # `order` holds every slot once laid out
+
+    # -- the layout, read through these (each lays a stale view out first) ------------------
+
+    @property
+    def order(self) -> list[LMSlot]:
+        """The slots by offset (sorted by LM name)."""
+        if self._stale:
+            self._relayout()
+        return self._order
+
+    @property
+    def topology(self) -> ClusterTopology | None:
+        """Every LM's topology merged in `order` (None before any snapshot)."""
+        if self._stale:
+            self._relayout()
+        return self._topology
+
+    @property
+    def state(self) -> ClusterState | None:
+        """Every LM's last snapshot in `order`, less this GM's reservations in flight."""
+        if self._stale:
+            self._relayout()
+        return self._state
+
+    @property
+    def g(self) -> int:
+        if self._stale:
+            self._relayout()
+        return self._g
+
+    @property
+    def capacity(self) -> tuple[int, int]:
+        if self._stale:
+            self._relayout()
+        return self._capacity
+
+    @property
+    def reachable(self) -> bitarray:
+        if self._stale:
+            self._relayout()
+        return self._reachable
+
+    @property
+    def all_reachable(self) -> bool:
+        if self._stale:
+            self._relayout()
+        return self._all_reachable
+
+    @property
+    def gained(self) -> bitarray:
+        if self._stale:
+            self._relayout()
+        return self._gained
+
+    @property
+    def room(self) -> bitarray:
+        if self._stale:
+            self._relayout()
+        return self._room
+
+    @property
+    def room_gained(self) -> bool:
+        if self._stale:
+            self._relayout()
+        return self._room_gained
+
+    @room_gained.setter
+    def room_gained(self, value: bool) -> None:
+        if self._stale:
+            self._relayout()
+        self._room_gained = value
 
     # -- snapshots in ---------------------------------------------------------------
 
@@ -108,18 +196,23 @@ class FederationView:
         """Take a snapshot if it is newer than the LM's last one; True if taken."""
         slot = self.slots.get(snapshot.lm)
         if slot is not None:
+            if self._stale:  # only new LMs may wait for the layout (module docstring)
+                self._relayout()
             slot.last_heard = max(slot.last_heard, now)
             if not slot.reachable:
                 self._set_reachable(slot, True)
             if snapshot.version <= slot.version:
                 return False
         if slot is None or snapshot.topology is not slot.topology:
+            if slot is not None:  # a restarted LM with other nodes
+                self._renumber_claims(snapshot.lm, slot.topology, snapshot.topology)
             slot = LMSlot(snapshot.lm, snapshot.topology, snapshot, last_heard=now)
             if snapshot.running is not None:
                 slot.set_running(snapshot)
                 self.running_changes += 1
             self.slots[snapshot.lm] = slot
-            self._relayout()
+            self.layouts += 1
+            self._stale = True  # laid out when first read: a burst of new LMs merges once
             return True
         previous, slot.snapshot = slot.snapshot, snapshot
         if snapshot.running is not None:
@@ -129,13 +222,29 @@ class FederationView:
         self._load_room(slot)
         return True
 
+    def _renumber_claims(self, lm: str, old: ClusterTopology, new: ClusterTopology) -> None:
+        """This GM's reservations and queue claims in flight to `lm` name nodes by local
+        index: carry them to the new topology's index of the same node, and drop those on
+        nodes it no longer has (re-applied at their old index, they would land on another
+        node, or past the LM's last)."""
+        def moved(i: int) -> int:
+            return new.index.get(old.node_ids[i], -1)
+
+        for request_id, (to, reserved) in self.inflight.items():
+            if to == lm:
+                carried = [(moved(i), cpu, mem) for i, cpu, mem in reserved]
+                self.inflight[request_id] = (to, [r for r in carried if r[0] >= 0])
+        for request_id, (to, claimed) in self.queue_claims.items():
+            if to == lm:
+                self.queue_claims[request_id] = (to, [j for j in map(moved, claimed) if j >= 0])
+
     def _load(self, slot: LMSlot) -> None:
         snapshot = slot.snapshot
-        self.state.load(slot.offset, snapshot.free_cpu, snapshot.free_mem, snapshot.up)
+        self._state.load(slot.offset, snapshot.free_cpu, snapshot.free_mem, snapshot.up)
         for lm, reserved in self.inflight.values():
             if lm == slot.lm:
                 for i, cpu, mem in reserved:
-                    self.state.take(slot.offset + i, cpu, mem)
+                    self._state.take(slot.offset + i, cpu, mem)
         self._load_room(slot)
 
     def _load_room(self, slot: LMSlot) -> None:
@@ -143,16 +252,16 @@ class FederationView:
         room, start = slot.snapshot.queue_room, slot.offset
         end = start + len(slot.topology)
         if room is None:
-            if self.room[start:end].any():
-                self.room[start:end] = 0
+            if self._room[start:end].any():
+                self._room[start:end] = 0
             return
-        if (room & ~self.room[start:end]).any():
-            self.room_gained = True
-        self.room[start:end] = room
+        if (room & ~self._room[start:end]).any():
+            self._room_gained = True
+        self._room[start:end] = room
         for lm, claimed in self.queue_claims.values():
             if lm == slot.lm:
                 for i in claimed:
-                    self.room[start + i] = 0
+                    self._room[start + i] = 0
 
     def _load_changes(self, slot: LMSlot, previous: LMSnapshot) -> None:
         """Take a newer snapshot of an LM whose last one is loaded: only its changed nodes.
@@ -172,9 +281,9 @@ class FederationView:
             if previous.up != new.up:
                 changed = set(changed).union((previous.up ^ new.up).search(1))
         if changed:
-            self.state.shift(slot.offset, changed, previous.free_cpu, new.free_cpu,
+            self._state.shift(slot.offset, changed, previous.free_cpu, new.free_cpu,
                              previous.free_mem, new.free_mem, new.up)
-            gained, offset = self.gained, slot.offset
+            gained, offset = self._gained, slot.offset
             old_cpu, new_cpu = previous.free_cpu, new.free_cpu
             old_mem, new_mem, old_up, new_up = previous.free_mem, new.free_mem, previous.up, new.up
             for i in changed:
@@ -183,68 +292,80 @@ class FederationView:
                     gained[offset + i] = 1
 
     def _relayout(self) -> None:
-        """A new LM (or a restarted one with other nodes): rebuild the merged vectors."""
-        self.layouts += 1
-        self.order = [self.slots[lm] for lm in sorted(self.slots)]
+        """New LMs (or restarted ones with other nodes) came: rebuild the merged vectors.
+
+        Everything below is derived from the slots, the reservations and queue claims in
+        flight and the thresholds, none of which a new slot changes, so one layout after
+        several new slots equals the last of one layout per slot (`room_gained` only ever
+        turns on, and the slots it is computed from only grew)."""
+        self._stale = False
+        self.merges += 1
+        self._order = [self.slots[lm] for lm in sorted(self.slots)]
         offset = 0
-        for slot in self.order:
+        for slot in self._order:
             slot.offset = offset
             offset += len(slot.topology)
-        self._offsets = [slot.offset for slot in self.order]
-        self.topology = ClusterTopology.merge([slot.topology for slot in self.order])
-        self.g = self.topology.gm_index.get(self.gm, -1)
+        self._offsets = [slot.offset for slot in self._order]
+        self._topology = ClusterTopology.merge([slot.topology for slot in self._order])
+        self._g = self._topology.gm_index.get(self.gm, -1)
         self._masks = {True: {}, False: {}}
-        self.state = ClusterState(self.topology, self.min_cpu, self.min_mem)
-        self.room = bitarray(offset)
-        self.room.setall(0)
-        for slot in self.order:
+        self._state = ClusterState(self._topology, self.min_cpu, self.min_mem)
+        self._room = bitarray(offset)
+        self._room.setall(0)
+        for slot in self._order:
             self._load(slot)
-        self.capacity = (sum(self.topology.cap_cpu) or 1, sum(self.topology.cap_mem) or 1)
-        self.gained = bitarray(offset)
-        self.gained.setall(1)  # a new layout: everything may fit anew
-        self.room = bitarray(offset)
-        self.room.setall(0)
-        self.reachable = bitarray(offset)
-        self.reachable.setall(1)
-        self.all_reachable = True
-        for slot in self.order:
+        self._capacity = (sum(self._topology.cap_cpu) or 1, sum(self._topology.cap_mem) or 1)
+        self._gained = bitarray(offset)
+        self._gained.setall(1)  # a new layout: everything may fit anew
+        self._reachable = bitarray(offset)
+        self._reachable.setall(1)
+        self._all_reachable = True
+        for slot in self._order:
             if not slot.reachable:
                 self._set_reachable(slot, False)
 
     def expect_demand(self, cpu_m: int, mem_mib: int) -> None:
         """A task of this size may be placed: nodes with that much room must be available."""
         if cpu_m < self.min_cpu or mem_mib < self.min_mem:
+            if self._stale:  # the state in place takes the thresholds as it always did
+                self._relayout()
             self.min_cpu = min(self.min_cpu, cpu_m)
             self.min_mem = min(self.min_mem, mem_mib)
-            if self.state is not None:
-                self.state.lower_thresholds(self.min_cpu, self.min_mem)
+            if self._state is not None:
+                self._state.lower_thresholds(self.min_cpu, self.min_mem)
 
     # -- reachability ---------------------------------------------------------------
 
     def update_reachability(self, now: float, timeout: float) -> None:
         """Leave LMs silent for longer than `timeout` out of searches (checked on ticks;
         hearing from an LM again brings it back at once)."""
-        for slot in self.order:
+        if self._stale:
+            self._relayout()
+        for slot in self._order:
             reachable = now - slot.last_heard <= timeout
             if reachable != slot.reachable:
                 self._set_reachable(slot, reachable)
 
     @property
     def any_reachable(self) -> bool:
-        return bool(self.order) and (self.all_reachable or self.reachable.any())
+        if self._stale:
+            self._relayout()
+        return bool(self._order) and (self._all_reachable or self._reachable.any())
 
     def _set_reachable(self, slot: LMSlot, reachable: bool) -> None:
         slot.reachable = reachable
-        self.reachable[slot.offset:slot.offset + len(slot.topology)] = reachable
+        self._reachable[slot.offset:slot.offset + len(slot.topology)] = reachable
         if reachable:
-            self.gained[slot.offset:slot.offset + len(slot.topology)] = 1
-        self.all_reachable = all(s.reachable for s in self.order)
+            self._gained[slot.offset:slot.offset + len(slot.topology)] = 1
+        self._all_reachable = all(s.reachable for s in self._order)
 
     def take_gained(self) -> bitarray:
         """The nodes that may have gained room since the last call (then none)."""
-        gained = self.gained
-        self.gained = bitarray(len(gained))
-        self.gained.setall(0)
+        if self._stale:
+            self._relayout()
+        gained = self._gained
+        self._gained = bitarray(len(gained))
+        self._gained.setall(0)
         return gained
 
     # -- the match ---------------------------------------------------------------
@@ -254,13 +375,15 @@ class FederationView:
         """The nodes of this GM's partitions (internal) or the others' that satisfy the
         constraints and belong to the placement set `nodes` (if any): static, so cached per
         (constraints, placement set) until the layout changes."""
+        if self._stale:
+            self._relayout()
         masks = self._masks[internal]
         key = constraints if nodes is None else (constraints, nodes)
         eligible = masks.get(key)
         if eligible is None:
             if len(masks) >= MASK_CACHE_LIMIT:
                 masks.clear()
-            eligible = masks[key] = self.topology.partition_mask(constraints, self.g, internal,
+            eligible = masks[key] = self._topology.partition_mask(constraints, self._g, internal,
                                                                  nodes)
         return eligible
 
@@ -276,16 +399,18 @@ class FederationView:
         (first fit) starts at the first node of `order[start_slot]` and wraps around.
         `nodes`: the task's placement set (None: anywhere); only its nodes are candidates.
         """
-        if self.g < 0:
+        if self._stale:
+            self._relayout()
+        if self._g < 0:
             return -1, -1
         masks = self._masks[internal]
         eligible = masks.get(constraints if nodes is None else (constraints, nodes))
         if eligible is None:
             eligible = self.eligible(constraints, internal, nodes)
-        if not self.all_reachable:
-            eligible = eligible & self.reachable
-        start = self._offsets[start_slot % len(self.order)]
-        gi = self.state.find(eligible, cpu_m, mem_mib, placement, start)
+        if not self._all_reachable:
+            eligible = eligible & self._reachable
+        start = self._offsets[start_slot % len(self._order)]
+        gi = self._state.find(eligible, cpu_m, mem_mib, placement, start)
         if gi < 0:
             return -1, -1
         k = bisect_right(self._offsets, gi) - 1
@@ -297,13 +422,15 @@ class FederationView:
         placement set `nodes`, if any), up, whose local queue has room and whose capacity
         takes the demand, or (-1, -1); the scan starts at `order[start_slot]` and wraps
         around."""
-        if self.g < 0 or not self.room.any():
+        if self._stale:
+            self._relayout()
+        if self._g < 0 or not self._room.any():
             return -1, -1
-        eligible = self.room & self.state.up & self.eligible(constraints, True, nodes)
-        if not self.all_reachable:
-            eligible &= self.reachable
-        cap_cpu, cap_mem = self.topology.cap_cpu, self.topology.cap_mem
-        start = self._offsets[start_slot % len(self.order)]
+        eligible = self._room & self._state.up & self.eligible(constraints, True, nodes)
+        if not self._all_reachable:
+            eligible &= self._reachable
+        cap_cpu, cap_mem = self._topology.cap_cpu, self._topology.cap_mem
+        start = self._offsets[start_slot % len(self._order)]
         for lo, hi in ((start, len(eligible)), (0, start)):
             for gi in eligible.search(1, lo, hi):
                 if cap_cpu[gi] >= cpu_m and cap_mem[gi] >= mem_mib:
@@ -313,7 +440,9 @@ class FederationView:
 
     def claim_queue(self, request_id: str, slot: LMSlot, i: int) -> None:
         """A launch asks to queue on the node: no other until the answer shows its room."""
-        self.room[slot.offset + i] = 0
+        if self._stale:
+            self._relayout()
+        self._room[slot.offset + i] = 0
         entry = self.queue_claims.get(request_id)
         if entry is None:
             entry = self.queue_claims[request_id] = (slot.lm, [])
@@ -323,21 +452,25 @@ class FederationView:
 
     def reserve(self, request_id: str, slot: LMSlot, i: int, cpu_m: int, mem_mib: int) -> None:
         """Count a planned launch until its request is answered (or given up)."""
-        self.state.take(slot.offset + i, cpu_m, mem_mib)
+        if self._stale:
+            self._relayout()
+        self._state.take(slot.offset + i, cpu_m, mem_mib)
         entry = self.inflight.get(request_id)
         if entry is None:
             entry = self.inflight[request_id] = (slot.lm, [])
         entry[1].append((i, cpu_m, mem_mib))
 
     def release(self, request_id: str) -> None:
+        if self._stale:
+            self._relayout()
         claims = self.queue_claims.pop(request_id, None)
         if claims is not None:
             slot = self.slots.get(claims[0])
             if slot is not None and slot.snapshot.queue_room is not None:
                 for i in claims[1]:  # as the LM last showed it (an answer reloads it anyway)
                     if slot.snapshot.queue_room[i]:
-                        self.room[slot.offset + i] = 1
-                        self.room_gained = True
+                        self._room[slot.offset + i] = 1
+                        self._room_gained = True
         entry = self.inflight.pop(request_id, None)
         if entry is None:
             return
@@ -345,17 +478,21 @@ class FederationView:
         if slot is None:
             return
         for i, cpu, mem in entry[1]:
-            self.state.give(slot.offset + i, cpu, mem)
-            self.gained[slot.offset + i] = 1
+            self._state.give(slot.offset + i, cpu, mem)
+            self._gained[slot.offset + i] = 1
 
     # -- reading ---------------------------------------------------------------
 
     def free_of(self, slot: LMSlot) -> tuple[list[int], list[int], bitarray]:
         """This view's free cpu, free memory and up vector of one LM's nodes."""
+        if self._stale:
+            self._relayout()
         end = slot.offset + len(slot.topology)
-        return (self.state.free_cpu[slot.offset:end], self.state.free_mem[slot.offset:end],
-                self.state.up[slot.offset:end])
+        return (self._state.free_cpu[slot.offset:end], self._state.free_mem[slot.offset:end],
+                self._state.up[slot.offset:end])
 
     def running(self):
-        for slot in self.order:
+        if self._stale:
+            self._relayout()
+        for slot in self._order:
             yield from slot.running
