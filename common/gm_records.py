@@ -77,8 +77,12 @@ class JobRecord:
         """A record per task of the spec: held if the job policy chose pilots and it is not
         one of them, else pending (the GM's backlog queues them)."""
         pilots = self.progress.pilots
+        # tasks of one shape share one tuple: a job's tasks mostly have one, and a simulation
+        # keeps 100,000s of records
+        shapes: dict[tuple, tuple] = {}
         for index, spec in enumerate(self.spec.tasks):
-            task = TaskRecord(spec, self, index, spec.shape)
+            shape = spec.shape
+            task = TaskRecord(spec, self, index, shapes.setdefault(shape, shape))
             self.tasks.append(task)
             if pilots and index not in pilots:
                 task.state, task.reason = TaskState.HELD, Reason.HELD_FOR_PILOTS

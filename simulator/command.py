@@ -29,8 +29,14 @@ from common.federation import MACHINE_PROFILES, RANDOM_PROFILE, Federation
 from loadgen.sources import add_workload_arguments, build_workload, load_config
 from simulator.baselines import RandomSimulation, SparrowSimulation
 from simulator.cluster import PAPER_NODE, SLOT, shaped_federation
+from simulator.engine import DelayModel
 from simulator.eventlog import SimLog
-from simulator.federated import FederatedSimulation, job_specs
+from simulator.federated import (
+    DEFAULT_STORY_ENTRIES,
+    FederatedSimulation,
+    check_story_entries,
+    job_specs,
+)
 from simulator.run_settings import (
     Overrides,
     RunSettings,
@@ -42,6 +48,7 @@ from simulator.run_settings import (
     check_slot_options,
     workload_options,
 )
+from simulator.timemodel import TimeModel
 
 SCHEDULERS = ("megha", "centralized", "sparrow", "random")
 
@@ -77,8 +84,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--no-log", action="store_true", help="write no event log")
     sim.add_argument("--results", type=Path, default=None,
                      help="write the run's figures (megha inspect's JSON) here")
+    sim.add_argument("--story-entries", type=_story_entries, default=DEFAULT_STORY_ENTRIES,
+                     metavar="N",
+                     help="megha and centralized: the last N state transitions each simulated "
+                          "GM, LM and worker keeps as its story, the history an impossible "
+                          "transition's error shows (the services keep 100,000 per GM and LM "
+                          f"for GET /v1/debug/story; default {DEFAULT_STORY_ENTRIES:,}: a few "
+                          "steps of each core, and memory flat; 0 keeps none). Raise it to "
+                          "rerun a failed run with more history")
     add_check_argument(sim)
     add_workload_arguments(parser)
+
+
+def _story_entries(text: str) -> int:
+    """--story-entries' value, checked here so a bad one fails before anything runs."""
+    try:
+        entries = int(text)
+    except ValueError:
+        entries = text
+    try:
+        check_story_entries(entries)
+    except InvalidInput as error:
+        raise argparse.ArgumentTypeError(error.message) from None
+    return entries
 
 
 def cluster(args: argparse.Namespace) -> tuple[Federation, Path | str]:
@@ -150,9 +178,10 @@ def _collector_paused() -> Iterator[None]:
 
     The engine pauses the collector while stepping (simulator/engine.py). Switched back on
     at the end of the stepping, its first passes would scan every object the run made, all
-    still in the youngest generation: 2-3 s after a 10,000-node run (benchmarks/bench_sim.py),
-    to free nothing (the run's objects are alive until its report is made). The next run
-    (experiments run several) unfreezes them and collects what is garbage by then.
+    still in the youngest generation: 2-3 s after a 10,000-node run (benchmarks/bench_sim.py).
+    `_simulate` collects once instead, when the run's cores and jobs have become garbage, so
+    that its report reuses their memory (under a second). The next run (experiments run
+    several) unfreezes what is left and collects what is garbage by then.
     """
     if gc.get_freeze_count():
         gc.unfreeze()
@@ -188,31 +217,25 @@ def _simulate(settings: RunSettings, scheduler: str, federation: Federation,
     tasks = sum(len(job.tasks) for job in jobs)
     print(f"simulating {scheduler} on {where}: {len(jobs)} jobs, {tasks} tasks from "
           f"{workload.name}; {timing}, processing {processing}"
-          f"{', slot mode' if settings.slots else ''}; {policies_in_force(scheduler, federation)}"
+          f"{', slot mode' if settings.slots else ''}{story_entries(settings, scheduler)}; "
+          f"{policies_in_force(scheduler, federation)}"
           f"{queue_assignment(settings.workload, workload.jobs, federation)}", flush=True)
+    del workload  # the workload tools' jobs, a record per task: the specs are all a run needs
     bar = _Bar()
     started = time.perf_counter()
     try:
-        if scheduler in ("sparrow", "random"):
-            kind = SparrowSimulation if scheduler == "sparrow" else RandomSimulation
-            extra = {"probe_ratio": settings.probe_ratio} if scheduler == "sparrow" else {}
-            sim = kind(federation, jobs, log, delay=delay, seed=settings.seed, progress=bar,
-                       **extra)
-            sim.run()
-            virtual, steps, rejected = sim.engine.now, sim.engine.steps, 0
-        else:
-            sim = FederatedSimulation(federation, jobs, log,
-                                      delay=None if time_model else delay,
-                                      processing=processing, seed=settings.seed, progress=bar,
-                                      time_model=time_model)
-            outcome = sim.run()
-            virtual, steps, rejected = outcome.virtual_s, outcome.steps, len(outcome.rejected)
-            if settings.check:
-                sim.check_invariants()
+        virtual, steps, rejected = _run(settings, scheduler, federation, jobs, log, bar, delay,
+                                        time_model, processing)
     finally:
         bar.close()
         log.close()
     wall = time.perf_counter() - started
+    # The run's cores and jobs are garbage now, mostly in cycles (a GM's task and job records
+    # refer to each other) that the paused collector leaves alone; the report needs about as
+    # much memory again for a moment. One collection first (under a second after a
+    # 10,000-node run) keeps the peak near the run's own.
+    del jobs
+    gc.collect()
     report = log.report()
     allocation, jct = report["allocation"]["overall"], report["jct"]["overall"]
     print(f"  wall {wall:.2f} s, virtual {virtual:,.0f} s, {steps:,} steps, {log.events:,} "
@@ -231,6 +254,36 @@ def _simulate(settings: RunSettings, scheduler: str, federation: Federation,
         print(f"  event log {log_path} (megha inspect {log_path})", flush=True)
     return report | {"wall_s": wall, "virtual_s": virtual, "steps": steps,
                      "rejected_jobs": rejected}
+
+
+def story_entries(settings: RunSettings, scheduler: str) -> str:
+    """The cores' story length, for the run's first line, if not the default."""
+    if settings.story_entries == DEFAULT_STORY_ENTRIES:
+        return ""
+    if scheduler not in ("megha", "centralized"):
+        return ", --story-entries applies to megha and centralized"
+    return f", stories of {settings.story_entries:,} entries per core"
+
+
+def _run(settings: RunSettings, scheduler: str, federation: Federation, jobs: list,
+         log: SimLog, progress: _Bar, delay: DelayModel, time_model: TimeModel | None,
+         processing: str) -> tuple[float, int, int]:
+    """The run itself, its checks included: its virtual time, steps and rejected jobs. The
+    simulation is dropped on return, for `_simulate` to collect."""
+    if scheduler in ("sparrow", "random"):
+        kind = SparrowSimulation if scheduler == "sparrow" else RandomSimulation
+        extra = {"probe_ratio": settings.probe_ratio} if scheduler == "sparrow" else {}
+        sim = kind(federation, jobs, log, delay=delay, seed=settings.seed, progress=progress,
+                   **extra)
+        sim.run()
+        return sim.engine.now, sim.engine.steps, 0
+    sim = FederatedSimulation(federation, jobs, log, delay=None if time_model else delay,
+                              processing=processing, seed=settings.seed, progress=progress,
+                              time_model=time_model, story_entries=settings.story_entries)
+    outcome = sim.run()
+    if settings.check:
+        sim.check_invariants()
+    return outcome.virtual_s, outcome.steps, len(outcome.rejected)
 
 
 def policies_in_force(scheduler: str, federation: Federation) -> str:
@@ -272,12 +325,13 @@ def run(args: argparse.Namespace) -> int:
     check_slot_options(args.slots, args)
     federation, where = cluster(args)
     path = None if args.no_log else (args.log or Path("sim-logs") / f"{args.scheduler}.log")
-    # The run's million-odd objects are garbage in cycles (through the cores' records):
-    # `simulate_once` leaves them frozen, so they go with the process instead of costing the
-    # collection at exit a second.
+    # The run's million-odd objects are garbage in cycles (through the cores' records), and
+    # collected before the report (`_simulate`); what is left `simulate_once` leaves frozen,
+    # so it goes with the process instead of costing a collection at exit.
     settings = RunSettings(workload_options(args), Timing(args.delay, args.calibration),
                            processing=args.processing, slots=args.slots,
-                           probe_ratio=args.probe_ratio, check=not args.no_check)
+                           probe_ratio=args.probe_ratio, check=not args.no_check,
+                           story_entries=args.story_entries)
     result = simulate_once(settings, args.scheduler, federation, str(where), path)
     if args.results is not None:
         args.results.write_text(json.dumps(result, indent=1))

@@ -59,6 +59,16 @@ from simulator.eventlog import SimLog
 from simulator.processing import CALIBRATED, ProcessingModel, parse_processing
 from simulator.timemodel import CalibratedNetwork, TimeModel
 
+# Entries of each simulated core's story (common/story.py): the services keep 100,000 per GM
+# and LM and 10,000 per worker for GET /v1/debug/story. Nobody asks a simulated core for its
+# story; what is left of it is the history an impossible transition's error carries. The
+# last 1,000 transitions of a core are its last few steps (a GM records 5 to 7 per task),
+# which covers a move that goes wrong soon after the one before it; a run repeats with its
+# seed, so a longer story is one rerun away (`--story-entries`). At the services' lengths,
+# YH1_sub on 10,000 nodes kept over a million entries and the stimulus ids they hold: 150 MB
+# of its 555 MB peak RSS (issue 38).
+DEFAULT_STORY_ENTRIES = 1_000
+
 
 class InvariantBroken(AssertionError):
     """An invariant (docs/architecture.md, Invariants) failed at the end of a run."""
@@ -93,8 +103,12 @@ class FederatedSimulation:
     def __init__(self, federation: Federation, jobs: Sequence[JobSpec], log: SimLog, *,
                  delay: DelayModel | None = None, processing: str = "none", seed: int = 0,
                  progress: Callable[[float, int, int], None] | None = None,
-                 time_model: TimeModel | None = None) -> None:
+                 time_model: TimeModel | None = None,
+                 story_entries: int = DEFAULT_STORY_ENTRIES) -> None:
+        """`story_entries`: the transitions each core keeps for its story (see
+        DEFAULT_STORY_ENTRIES), 0 for none."""
         kind, scale = parse_processing(processing)
+        check_story_entries(story_entries)
         self.federation = federation
         self.jobs = sorted(jobs, key=lambda job: job.arrival)
         self.log = log
@@ -122,16 +136,17 @@ class FederatedSimulation:
         # the GM's last-heard time): most of a long run's heartbeats cost nothing.
         self.gms = {gm: _Actor(gm, GlobalMaster(replace(federation.gm_config(gm),
                                                         lm_timeout=math.inf),
-                                                topologies=topologies))
+                                                topologies=topologies, story_len=story_entries))
                     for gm in federation.gms}
         self.last_heartbeat: dict[str, object] = {}
         lm_options = federation.lm_options()
         self.lms = {t.lm: _Actor(t.lm, LocalMaster(t, heartbeat_interval=timing.heartbeat_interval,
-                                                   worker_timeout=math.inf, **lm_options))
+                                                   worker_timeout=math.inf,
+                                                   story_len=story_entries, **lm_options))
                     for t in topologies}
         options = federation.worker_options()
         self.workers = {worker: _Actor(worker, WorkerAgent(
-            worker, federation.worker_nodes(worker), **options))
+            worker, federation.worker_nodes(worker), story_len=story_entries, **options))
             for worker in federation.workers()}
         self.worker_lm = federation.workers()
         self.queue_gm = {queue.name: queue.gm for queue in federation.queues}
@@ -272,7 +287,9 @@ class FederatedSimulation:
             return 0.0
         if self.timed:
             self._step_stamps = self._stamps(event, commands, took, wait, flight)
-        done = now + took  # what the core sent leaves when the core is done
+        # what the core sent leaves when the core is done; at once without processing time,
+        # stamped with `now` itself: a float of its own per step would live on in the report
+        done = now + took if took else now
         routes, cause = self._routes, event.stimulus_id
         for command in commands:
             route = routes.get(type(command))
@@ -448,19 +465,47 @@ class FederatedSimulation:
         self.engine.run()
 
 
+def check_story_entries(entries: int) -> None:
+    if not (type(entries) is int and entries >= 0):
+        raise InvalidInput("--story-entries", f"must be a whole number >= 0, got {entries!r}")
+
+
 def job_specs(replay_jobs, slot: tuple[int, int] | None = None) -> list[JobSpec]:
     """The workload tools' jobs as the core's: task ids `{job}/{i}`; in slot mode every task
-    asks for exactly one node's `slot`."""
+    asks for exactly one node's `slot`.
+
+    A workload has 100,000s of tasks and few distinct demands, constraint sets and placement
+    sets: tasks that ask the same share one (immutable) object of each, made from the first
+    such task's own value (an empty frozenset alone is 216 bytes, more than its task's spec).
+    """
     specs = []
     one_slot = Resources(*slot) if slot else None  # immutable: every task may share it
+    demands: dict = {}
+    constraint_sets: dict = {}
+    placement_sets: dict = {}
     for job in replay_jobs:
-        tasks = tuple(
-            TaskSpec(f"{job.job_id}/{i}", job.job_id,
-                     one_slot or Resources(t.cpu_m, t.mem_mib),
-                     frozenset(t.constraints), t.duration,
-                     None if t.nodes is None else frozenset(t.nodes))
-            for i, t in enumerate(job.tasks))
-        specs.append(JobSpec(job.job_id, job.user, tasks, job.arrival, job.weight,
+        tasks = []
+        for i, t in enumerate(job.tasks):
+            tasks.append(TaskSpec(
+                f"{job.job_id}/{i}", job.job_id,
+                one_slot or _shared(demands, (t.cpu_m, t.mem_mib), _demand),
+                _shared(constraint_sets, t.constraints, frozenset), t.duration,
+                None if t.nodes is None else _shared(placement_sets, t.nodes, frozenset)))
+        specs.append(JobSpec(job.job_id, job.user, tuple(tasks), job.arrival, job.weight,
                              job.estimate, name=job.name))
     return specs
 
+
+def _demand(pair: tuple[int, int]) -> Resources:
+    return Resources(*pair)
+
+
+def _shared(made: dict, value, make: Callable):
+    """`make(value)`, made once per distinct `value` in `made` (each time if unhashable)."""
+    try:
+        found = made.get(value)
+    except TypeError:
+        return make(value)
+    if found is None:
+        found = made[value] = make(value)
+    return found

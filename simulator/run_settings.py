@@ -23,6 +23,7 @@ from common.policies.placement import PLACEMENT_POLICIES
 from loadgen.sources import add_workload_arguments
 from simulator.baselines import DEFAULT_PROBE_RATIO
 from simulator.engine import DelayModel
+from simulator.federated import DEFAULT_STORY_ENTRIES
 from simulator.processing import parse_processing
 from simulator.timemodel import TimeModel
 
@@ -280,6 +281,8 @@ class RunSettings:
     slots: bool = False  # every node one slot, every task one slot
     probe_ratio: float = DEFAULT_PROBE_RATIO  # sparrow's
     check: bool = True  # the end-of-run invariant checks
+    # megha and centralized: the transitions each simulated core keeps for its story
+    story_entries: int = DEFAULT_STORY_ENTRIES
 
     @property
     def seed(self) -> int:
