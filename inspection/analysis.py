@@ -79,15 +79,27 @@ section (only when the log has a `copy_launched` or `copy_won`): copies launched
 by reason, wins by copies and by originals, checkpoints per task, and the work wasted by the
 attempts that lost their race (every copy but a winner, and the originals a copy beat) next to
 the useful work (the `own_work` of the other finished attempts).
+
+Memory: a simulation feeds its events as it runs, so what `feed` keeps is part of the run's
+peak: a row of typed columns per attempt (inspection/attempts.py), no object. The report
+comes after the run, and keeps no per-task tuple: each figure of the breakdown is a column of
+a value per task, made and summed one after the other (numpy, imported by the report only: a
+run's memory starts with its imports).
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
+from inspection.attempts import FINISHED, QUEUED, STAMPED, AttemptTable, AttemptView
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PARTS = ("framework_queuing", "processing", "communication", "worker_queuing")
 # the Megha paper's Figure 7 components (`breakdown.components`), finer than PARTS
@@ -111,6 +123,8 @@ def size_class(tasks: int) -> str:
 
 def summary(values) -> dict:
     """count, mean and the percentiles the reports show, in the values' unit."""
+    import numpy as np
+
     array = np.asarray(values, dtype=float)
     if array.size == 0:
         return {"count": 0}
@@ -124,6 +138,8 @@ def summary(values) -> dict:
 def _cdf(values, points: int = CDF_POINTS) -> dict:
     """The empirical CDF as at most `points` (x, y) pairs: every value when there are few,
     else evenly spaced quantiles, so a plot of millions of tasks stays a small report."""
+    import numpy as np
+
     array = np.sort(np.asarray(values, dtype=float))
     if array.size <= points:
         x, y = array, np.arange(1, array.size + 1) / max(array.size, 1)
@@ -137,9 +153,9 @@ class _Groups:
     """One figure's values overall, per user queue and per job-size class."""
 
     def __init__(self) -> None:
-        self.overall: list[float] = []
-        self.by_user: dict[str, list[float]] = defaultdict(list)
-        self.by_size: dict[str, list[float]] = defaultdict(list)
+        self.overall = array("d")
+        self.by_user: dict[str, array] = defaultdict(lambda: array("d"))
+        self.by_size: dict[str, array] = defaultdict(lambda: array("d"))
 
     def add(self, job: _Job, value: float) -> None:
         self.overall.append(value)
@@ -151,30 +167,6 @@ class _Groups:
                 "by_user": {u: summary(v) for u, v in sorted(self.by_user.items())},
                 "by_size": {name: summary(self.by_size[name]) for _, name in SIZE_CLASSES
                             if self.by_size.get(name)}}
-
-
-@dataclass(slots=True)
-class _Attempt:
-    task: str = ""
-    placed: float | None = None
-    placed_h: float = 0.0
-    launched: float | None = None
-    launched_h: float = 0.0
-    received: float | None = None
-    received_h: float = 0.0
-    # a simulation's stamps on those three lines (`wait_s`, `flight_s`, `work_s`), or None
-    placed_stamps: tuple[float, float, float] | None = None
-    launched_stamps: tuple[float, float, float] | None = None
-    received_stamps: tuple[float, float, float] | None = None
-    started: float | None = None
-    cpu_m: int = 0
-    user: str = ""
-    lm_start: float | None = None  # when it took its resources at the LM
-    lm_end: float | None = None
-    queued: bool = False  # launched into its node's local queue: resources from its start
-    copy_of: str | None = None  # a redundant copy: its original attempt
-    own_work: float | None = None  # its worker's end line's `own_work`
-    finished: bool = False  # that line was task_finished (else task_cancelled)
 
 
 @dataclass(slots=True)
@@ -201,7 +193,7 @@ class _Estimated:
 
 @dataclass(slots=True)
 class _Races:
-    """The LMs' word on tasks with copies (the rest is per attempt, in `_Attempt`)."""
+    """The LMs' word on tasks with copies (the rest is per attempt, in `attempts`)."""
     cancelled: Counter = field(default_factory=Counter)  # copy_cancelled by `why`
     beaten: dict[str, str] = field(default_factory=dict)  # original -> the copy that won
     wins_by_original: int = 0
@@ -209,10 +201,23 @@ class _Races:
 
 
 @dataclass(slots=True)
+class _Starts:
+    """What the queues' waiting spans need of the tasks' first starts, per job: how many of
+    its tasks started, and the last first start."""
+    tasks: int  # tasks started
+    started: Counter = field(default_factory=Counter)
+    last: dict[str, float] = field(default_factory=dict)
+
+    def add(self, job_id: str, when: float) -> None:
+        self.started[job_id] += 1
+        self.last[job_id] = max(self.last.get(job_id, when), when)
+
+
+@dataclass(slots=True)
 class RunAnalysis:
     name: str
     jobs: dict[str, _Job] = field(default_factory=lambda: defaultdict(_Job))
-    attempts: dict[str, _Attempt] = field(default_factory=lambda: defaultdict(_Attempt))
+    attempts: AttemptTable = field(default_factory=AttemptTable)
     counts: Counter = field(default_factory=Counter)
     refusals: Counter = field(default_factory=Counter)
     requeues: Counter = field(default_factory=Counter)
@@ -232,74 +237,113 @@ class RunAnalysis:
         if handler is not None:
             try:
                 handler(self, event)
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, OverflowError):  # (a number too big)
                 self.counts["events_missing_fields"] += 1
 
     # -- the figures -------------------------------------------------------------------------
 
     def report(self) -> dict:
-        allocation, parts, components, incomplete = self._allocations()
+        allocation, breakdown, starts = self._allocations()
+        jct, counts = self._jct(), self._counts(starts.tasks)
+        fairness = self._fairness(starts)
         return {
             "name": self.name,
             "policies": self.policies,
             "allocation": allocation,
-            "breakdown": _breakdown(parts, incomplete) | (
-                {"components": _shares(components, COMPONENTS)} if components else {}),
-            "jct": self._jct(),
-            "counts": self._counts(),
-            "fairness": self._fairness(),
+            "breakdown": breakdown,
+            "jct": jct,
+            "counts": counts,
+            "fairness": fairness,
         } | ({"estimation": self._estimation()} if self.estimated else {}) | (
             {"variability": summary(self.run_ratios)} if self.run_ratios else {}) | (
             {"redundancy": self._redundancy()} if self._had_copies() else {})
 
-    def _first_starts(self) -> dict[str, _Attempt]:
-        first: dict[str, _Attempt] = {}
-        for attempt in self.attempts.values():
-            if attempt.started is None or not attempt.task:
+    def _first_rows(self) -> dict[str, int]:
+        """task -> the row of its attempt that started first (of equal starts, the attempt
+        seen first), the tasks in the order their first started attempt was seen."""
+        table = self.attempts
+        started, tasks = table.started, table.task
+        first: dict[str, int] = {}
+        for row in table.ids.values():  # the rows' own ints: no new object per task
+            when = started[row]
+            if when != when:  # NaN: not started
                 continue
-            known = first.get(attempt.task)
-            if known is None or attempt.started < known.started:
-                first[attempt.task] = attempt
+            task = tasks[row]
+            if not task:
+                continue
+            known = first.get(task)
+            if known is None or when < started[known]:
+                first[task] = row
         return first
 
-    def _first_decisions(self) -> dict[str, tuple[float, float]]:
-        """task -> (start of the step that placed its first attempt, that event's wait)."""
-        first: dict[str, tuple[float, float]] = {}
-        for attempt in self.attempts.values():
-            if attempt.placed is None or not attempt.task:
-                continue
-            start = attempt.placed - attempt.placed_h
-            known = first.get(attempt.task)
-            if known is None or start < known[0]:
-                stamps = attempt.placed_stamps
-                first[attempt.task] = (start, stamps[0] if stamps else 0.0)
-        return first
+    def _first_starts(self) -> dict[str, AttemptView]:
+        """task -> its attempt that started first, as a record (experiments and tests)."""
+        return {task: self.attempts.view(row) for task, row in self._first_rows().items()}
 
-    def _allocations(self) -> tuple[dict, list[tuple[float, ...]], list[tuple[float, ...]],
-                                    int]:
-        groups = _Groups()
-        parts: list[tuple[float, ...]] = []
-        components: list[tuple[float, ...]] = []
-        first_decisions = self._first_decisions()
-        incomplete = 0
-        for task, attempt in self._first_starts().items():
-            job = self.jobs.get(task.rpartition("/")[0])
+    def _other_placings(self, first: dict[str, int]) -> dict[str, list[int]]:
+        """task -> the rows of its placed attempts, for the few tasks with a placed attempt
+        other than their first start's (a refused launch, a lost node): the others' first
+        decision is their first start's own."""
+        table = self.attempts
+        placed, tasks = table.placed, table.task
+        others: dict[str, list[int]] = {}
+        for row in table.ids.values():
+            when = placed[row]
+            if when != when:
+                continue
+            task = tasks[row]
+            own = first.get(task)
+            if own is not None and own != row:
+                others.setdefault(task, []).append(row)
+        for task, rows in others.items():
+            own = first[task]
+            if placed[own] == placed[own]:
+                rows.append(own)
+        return others
+
+    def _first_decision(self, rows: list[int]) -> int:
+        """Of a task's placed attempts, the one whose placing step started first (of equal
+        starts, the attempt seen first)."""
+        placed, handle = self.attempts.placed, self.attempts.placed_h
+        return min(rows, key=lambda row: (placed[row] - handle[row], row))
+
+    def _allocations(self) -> tuple[dict, dict, _Starts]:
+        """The allocation figures over each task's first start, their breakdown over those
+        whose attempt has every line, and what the queues' waiting spans need of the
+        starts."""
+        table, groups, incomplete = self.attempts, _Groups(), 0
+        started, placed, launched, received = (table.started, table.placed, table.launched,
+                                               table.received)
+        first = self._first_rows()
+        others = self._other_placings(first)
+        starts = _Starts(len(first))
+        # the complete tasks: their first start's row, their job's arrival, their first
+        # decision's row
+        rows, arrivals, decided = array("q"), array("d"), array("q")
+        for task, row in first.items():
+            when = started[row]
+            job_id = task.rpartition("/")[0]
+            starts.add(job_id, when)
+            job = self.jobs.get(job_id)
             if job is None or job.arrival is None:
                 incomplete += 1
                 continue
-            groups.add(job, attempt.started - job.arrival)
-            if None in (attempt.placed, attempt.launched, attempt.received):
+            groups.add(job, when - job.arrival)
+            gm, lm, worker = placed[row], launched[row], received[row]
+            if gm != gm or lm != lm or worker != worker:  # NaN: a line missing
                 incomplete += 1
                 continue
-            gm_in = attempt.placed - attempt.placed_h
-            lm_in = attempt.launched - attempt.launched_h
-            worker_in = attempt.received - attempt.received_h
-            parts.append((gm_in - job.arrival,
-                          attempt.placed_h + attempt.launched_h + attempt.received_h,
-                          (lm_in - attempt.placed) + (worker_in - attempt.launched),
-                          attempt.started - attempt.received))
-            components.append(_components(attempt, job.arrival, *first_decisions[task]))
-        return groups.figures(), parts, components, incomplete
+            rows.append(row)
+            arrivals.append(job.arrival)
+            decided.append(row if task not in others else self._first_decision(others[task]))
+        del first, others
+        breakdown = {"tasks": len(rows), "incomplete": incomplete}
+        if rows:  # each figure a column at a time: the report's peak is one column's
+            complete = _Complete(table, rows, arrivals, decided)
+            breakdown |= _shares((complete.column(i) for i in range(len(PARTS))), PARTS)
+            breakdown["components"] = _shares(
+                (complete.column(len(PARTS) + i) for i in range(len(COMPONENTS))), COMPONENTS)
+        return groups.figures(), breakdown, starts
 
     def _jct(self) -> dict:
         """JCT's figures, the slowdown, and the weighted mean JCT: sum of weight x JCT over
@@ -323,13 +367,13 @@ class RunAnalysis:
             "weighted_mean": weighted / total_weight if total_weight > 0 else None,
             "weighted": not unit_weights}
 
-    def _counts(self) -> dict:
+    def _counts(self, tasks_started: int) -> dict:
         jobs = self.jobs.values()
         counts = {
             "jobs_arrived": sum(job.arrival is not None for job in jobs),
             "jobs_done": sum(job.done is not None and not job.failed for job in jobs),
             "jobs_failed": sum(job.failed for job in jobs),
-            "tasks_started": len(self._first_starts()),
+            "tasks_started": tasks_started,
         }
         for name in ("launches", "launches_queued", "launches_refused", "repartitions",
                      "preemption_attempts", "preemptions", "preemptions_refused",
@@ -341,56 +385,59 @@ class RunAnalysis:
         counts["requeues_by_reason"] = dict(self.requeues.most_common())
         return counts
 
-    def _fairness(self) -> dict:
+    def _fairness(self, starts: _Starts) -> dict:
+        import numpy as np
+
         capacity = sum(self.capacity.values())
-        changes: list[tuple[float, str, int]] = []
-        for attempt in self.attempts.values():
-            if attempt.lm_start is None or not attempt.cpu_m:
-                continue
-            changes.append((attempt.lm_start, attempt.user, attempt.cpu_m))
-            if attempt.lm_end is not None:
-                changes.append((attempt.lm_end, attempt.user, -attempt.cpu_m))
         result: dict = {"capacity_cpu_m": capacity, "configured": dict(sorted(
             self.shares.items()))}
-        if not changes or capacity <= 0:
+        # per queue, the changes of what it holds, by time (and change): +cpu at an attempt's
+        # start at the LM, -cpu at its end there
+        table = self.attempts
+        size = len(table)
+        held = np.zeros(0, dtype=np.int64)
+        if size:
+            lm_start = np.frombuffer(table.lm_start, count=size)
+            held = np.flatnonzero(~np.isnan(lm_start)
+                                  & (np.frombuffer(table.cpu_m, dtype=np.int64, count=size)
+                                     != 0))
+            del lm_start  # the views go before anything could feed the table again
+        if not held.size or capacity <= 0:
             return result | {"mean_share": {}, "series": {"t": [], "users": {}}}
-        changes.sort()
-        by_user: dict[str, tuple[list[float], list[int]]] = {
-            user: ([], []) for user in self.shares}
-        for t, user, d in changes:
-            times, deltas = by_user.setdefault(user, ([], []))
-            times.append(t)
-            deltas.append(d)
-        start, end = changes[0][0], changes[-1][0]
+        by_user: dict[str, list[int]] = {}
+        for row in held.tolist():
+            by_user.setdefault(table.user[row], []).append(row)
+        del held
+        changes = {user: _changes(table, rows) for user, rows in by_user.items()}
+        del by_user
+        start = min(float(times[0]) for times, _ in changes.values())
+        end = max(float(times[-1]) for times, _ in changes.values())
         grid = np.linspace(start, end, SERIES_POINTS) if end > start else np.array([start])
         series, mean, active = {}, {}, {}
-        spans = self._waiting_spans(end)
-        for user in sorted(by_user):
-            times = np.array(by_user[user][0] or [start])
-            steps = np.cumsum(by_user[user][1] or [0])
+        spans = self._waiting_spans(end, starts)
+        for user in sorted(set(self.shares) | changes.keys()):
+            # a configured queue that held nothing: nothing from the first change on
+            times, deltas = changes.pop(user, (np.array([start]), [0]))
+            steps = np.cumsum(deltas)
             # the cpu the user holds at each grid time: the last change at or before it
-            held = np.where(np.searchsorted(times, grid, side="right") > 0,
-                            steps[np.maximum(np.searchsorted(times, grid, side="right") - 1,
-                                             0)], 0)
-            series[user] = (held / capacity).round(4).tolist()
+            held_at = np.where(np.searchsorted(times, grid, side="right") > 0,
+                               steps[np.maximum(np.searchsorted(times, grid, side="right") - 1,
+                                                0)], 0)
+            series[user] = (held_at / capacity).round(4).tolist()
             mean[user] = _time_weighted_mean(times, steps, start, end) / capacity
             if spans.get(user):
                 active[user] = _mean_over_spans(times, steps, spans[user]) / capacity
         return result | {"mean_share": mean, "waiting_share": active,
                          "series": {"t": (grid - start).round(3).tolist(), "users": series}}
 
-    def _waiting_spans(self, end: float) -> dict[str, list[tuple[float, float]]]:
+    def _waiting_spans(self, end: float,
+                       starts: _Starts) -> dict[str, list[tuple[float, float]]]:
         """Per user queue, the times it had tasks waiting for their first start (from a job's
         arrival to its last task's first start; a task never started: until `end`), as
         disjoint spans. Its share over them is what it got while it wanted more: a queue
         whose jobs are all served early in a long run has a small share over the run without
         being held back, and one kept from its share has a small share here too."""
-        last_start: dict[str, float] = {}
-        started: Counter = Counter()
-        for task, attempt in self._first_starts().items():
-            job_id = task.rpartition("/")[0]
-            started[job_id] += 1
-            last_start[job_id] = max(last_start.get(job_id, attempt.started), attempt.started)
+        started, last_start = starts.started, starts.last
         by_user: dict[str, list[tuple[float, float]]] = {}
         for job_id, job in self.jobs.items():
             if job.arrival is not None:
@@ -454,7 +501,7 @@ class RunAnalysis:
         races = self.races
         wins_by_copy = len(races.beaten)
         wins = wins_by_copy + races.wins_by_original
-        originals = {a.copy_of for a in self.attempts.values() if a.copy_of is not None}
+        originals = set(self.attempts.copy_of.values())
         useful, wasted_copies, wasted_originals = self._work_by_outcome()
         wasted = wasted_copies + wasted_originals
         return {
@@ -484,20 +531,24 @@ class RunAnalysis:
         worker after the copy's win); its work is wasted whichever line ended it. The work of
         every other finished attempt is useful; other cancels (by a GM, say) are neither."""
         beaten, winners = self.races.beaten, set(self.races.beaten.values())
+        table = self.attempts
+        own_work, flags, copies = table.own_work, table.flags, table.copy_of
         useful = wasted_copies = wasted_originals = 0.0
-        for attempt_id, attempt in self.attempts.items():
-            work = attempt.own_work
-            if work is None:
+        for attempt_id, row in table.ids.items():
+            work = own_work[row]
+            if work != work:  # NaN: no end line with its work
                 continue
-            if attempt.copy_of is not None and attempt_id not in winners:
+            if row in copies and attempt_id not in winners:
                 wasted_copies += work
             elif attempt_id in beaten:
                 wasted_originals += work
-            elif attempt.finished:
+            elif flags[row] & FINISHED:
                 useful += work
         return useful, wasted_copies, wasted_originals
 
     def _sampling_ratios(self) -> dict:
+        import numpy as np
+
         arrivals = [job.arrival for job in self.jobs.values() if job.arrival is not None]
         start = min(arrivals, default=0.0)
         points = sorted((self.jobs[job_id].arrival - start, ratio)
@@ -515,6 +566,8 @@ class RunAnalysis:
 def _error(ratios: list[float]) -> dict:
     """estimate / work: its p10, p50, p90, the mean of |log10| (0 for exact estimates, 1 for
     estimates off by ten times either way) and a CDF to plot."""
+    import numpy as np
+
     if not ratios:
         return {"count": 0}
     array = np.asarray(ratios, dtype=float)
@@ -525,6 +578,8 @@ def _error(ratios: list[float]) -> dict:
 
 
 def _mean_p50(values: list[float]) -> dict:
+    import numpy as np
+
     if not values:
         return {"count": 0}
     array = np.asarray(values, dtype=float)
@@ -534,6 +589,8 @@ def _mean_p50(values: list[float]) -> dict:
 
 def _time_weighted_mean(times: np.ndarray, steps: np.ndarray, start: float,
                         end: float) -> float:
+    import numpy as np
+
     if end <= start:
         return float(steps[-1])
     edges = np.append(np.clip(times, start, end), end)
@@ -544,6 +601,8 @@ def _mean_over_spans(times: np.ndarray, steps: np.ndarray,
                      spans: list[tuple[float, float]]) -> float:
     """The mean of the step function (`steps[i]` from `times[i]` on, 0 before the first)
     over the union of `spans` (disjoint)."""
+    import numpy as np
+
     # the integral from the first time to each change, then to any x by its last change
     before = np.concatenate(([0.0], np.cumsum(steps[:-1] * np.diff(times))))
 
@@ -555,42 +614,118 @@ def _mean_over_spans(times: np.ndarray, steps: np.ndarray,
     return sum(integral(b) - integral(a) for a, b in spans) / length
 
 
-def _components(attempt: _Attempt, arrival: float, first_start: float,
-                first_wait: float) -> tuple[float, ...]:
-    """One task's COMPONENTS, which add up to its allocation time (the module's docstring)."""
-    _, _, gm_work = attempt.placed_stamps or (0.0, 0.0, attempt.placed_h)
-    _, lm_flight, lm_work = attempt.launched_stamps or (0.0, None, attempt.launched_h)
-    _, worker_flight, worker_work = attempt.received_stamps or (0.0, None, attempt.received_h)
-    decided = attempt.placed - attempt.placed_h  # the start of its placing step
-    # the hops GM -> LM and LM -> worker, from one line's stamp to the next's step start
-    hops = ((attempt.launched - attempt.launched_h) - attempt.placed
-            + (attempt.received - attempt.received_h) - attempt.launched)
-    flights = hops if lm_flight is None or worker_flight is None else lm_flight + worker_flight
-    own_work = gm_work + lm_work + worker_work
-    steps = attempt.placed_h + attempt.launched_h + attempt.received_h
-    return (flights, gm_work, lm_work, worker_work,
-            first_wait + (hops - flights),
-            steps - own_work,
-            decided - first_start,
-            first_start - first_wait - arrival,
-            attempt.started - attempt.received)
+def _changes(table: AttemptTable, rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """One queue's changes of the cpu it holds, from its attempts at `rows`: their times
+    and the changes, sorted by time, then change."""
+    import numpy as np
+
+    size, at = len(table), np.array(rows, dtype=np.int64)
+    ends = np.frombuffer(table.lm_end, count=size)[at]
+    ended = ~np.isnan(ends)
+    cpu = np.frombuffer(table.cpu_m, dtype=np.int64, count=size)[at]
+    times = np.concatenate((np.frombuffer(table.lm_start, count=size)[at], ends[ended]))
+    deltas = np.concatenate((cpu, -cpu[ended]))
+    order = np.lexsort((deltas, times))
+    return times[order], deltas[order]
 
 
-def _shares(rows: list[tuple[float, ...]], names: tuple[str, ...]) -> dict:
-    """Each column's mean, median and share of the sum of the means."""
-    array = np.asarray(rows)
-    means = array.mean(axis=0)
+CHUNK = 8192  # tasks a step of `_Complete` takes: small temporaries
+
+
+class _Complete:
+    """The tasks whose first start has all its lines (`rows`, their jobs' `arrivals`, their
+    first decisions' rows `decided`), and their PARTS and COMPONENTS (the module's
+    docstring), each figure by the very operations, in the very order, of the per-task
+    formulas."""
+
+    def __init__(self, table: AttemptTable, rows: array, arrivals: array,
+                 decided: array) -> None:
+        self.table, self.rows, self.arrivals, self.decided = table, rows, arrivals, decided
+
+    def column(self, index: int) -> np.ndarray:
+        """Figure `index` (PARTS, then COMPONENTS) of every task, a chunk at a time."""
+        import numpy as np
+
+        values = np.empty(len(self.rows))
+        for begin in range(0, len(self.rows), CHUNK):
+            values[begin:begin + CHUNK] = self._figures(slice(begin, begin + CHUNK))[index]
+        return values
+
+    def _figures(self, chunk: slice) -> tuple[np.ndarray, ...]:
+        import numpy as np
+
+        table, size = self.table, len(self.table)
+        at = np.frombuffer(self.rows, dtype=np.int64)[chunk]
+        first = np.frombuffer(self.decided, dtype=np.int64)[chunk]
+        arrival = np.frombuffer(self.arrivals)[chunk]
+
+        def take(name: str, where: np.ndarray = at) -> np.ndarray:
+            return np.frombuffer(getattr(table, name), count=size)[where]
+
+        placed, placed_h = take("placed"), take("placed_h")
+        launched, launched_h = take("launched"), take("launched_h")
+        received, received_h = take("received"), take("received_h")
+        started = take("started")
+        gm_in = placed - placed_h  # the start of its placing step
+        lm_in, worker_in = launched - launched_h, received - received_h
+        steps = placed_h + launched_h + received_h
+        # the hops GM -> LM and LM -> worker, from one line's stamp to the next's step start
+        hops = ((lm_in - placed) + worker_in) - launched
+        first_start = take("placed", first) - take("placed_h", first)
+        first_wait = np.zeros(len(at))
+        gm_work, lm_work, worker_work, flights = placed_h, launched_h, received_h, hops
+        if table.stamps is not None:  # a simulation's (wait_s, flight_s, work_s) on lines
+            flags = np.frombuffer(table.flags, dtype=np.uint8, count=size)
+            stamps = np.frombuffer(table.stamps, count=9 * size).reshape(size, 9)
+            mine, bits = stamps[at], flags[at]
+            on_gm, on_lm, on_worker = ((bits & STAMPED[line]) != 0
+                                       for line in ("placed", "launched", "received"))
+            first_wait = np.where((flags[first] & STAMPED["placed"]) != 0, stamps[first, 0],
+                                  0.0)
+            del flags, stamps  # the table's own memory: no view of it outlives the report
+            gm_work = np.where(on_gm, mine[:, 2], placed_h)
+            lm_work = np.where(on_lm, mine[:, 5], launched_h)
+            worker_work = np.where(on_worker, mine[:, 8], received_h)
+            flights = np.where(on_lm & on_worker, mine[:, 4] + mine[:, 7], hops)
+        return (gm_in - arrival,  # PARTS
+                steps,
+                (lm_in - placed) + (worker_in - launched),
+                started - received,
+                flights,  # COMPONENTS
+                gm_work, lm_work, worker_work,
+                first_wait + (hops - flights),
+                steps - ((gm_work + lm_work) + worker_work),
+                gm_in - first_start,
+                (first_start - first_wait) - arrival,
+                started - received)
+
+
+def _axis0_mean(values: np.ndarray) -> float:
+    """The mean numpy takes along axis 0 of a row per task, which the report's figures
+    always were: a running sum from 0.0, task after task, over the count (`values.mean()`,
+    a pairwise sum, rounds differently)."""
+    import numpy as np
+
+    total = 0.0
+    for begin in range(0, len(values), CHUNK):
+        total = float(np.add.accumulate(np.concatenate(([total],
+                                                        values[begin:begin + CHUNK])))[-1])
+    return total / len(values)
+
+
+def _shares(columns: Iterable[np.ndarray], names: tuple[str, ...]) -> dict:
+    """Each column's mean, median and share of the sum of the means (a value per task), the
+    columns one after the other."""
+    import numpy as np
+
+    figures = [(_axis0_mean(column), float(np.percentile(column, 50))) for column in columns]
+    means = np.array([mean for mean, _ in figures])
+    medians = [median for _, median in figures]
     total = means.sum()
     return {"mean_s": dict(zip(names, means.tolist(), strict=True)),
-            "p50_s": dict(zip(names, np.percentile(array, 50, axis=0).tolist(), strict=True)),
+            "p50_s": dict(zip(names, medians, strict=True)),
             "share": dict(zip(names, (means / total if total > 0 else means * 0).tolist(),
                               strict=True))}
-
-
-def _breakdown(parts: list[tuple[float, ...]], incomplete: int) -> dict:
-    if not parts:
-        return {"tasks": 0, "incomplete": incomplete}
-    return {"tasks": len(parts), "incomplete": incomplete} | _shares(parts, PARTS)
 
 
 # -- one handler per event kind ----------------------------------------------------------------
@@ -647,49 +782,55 @@ def _stamps(e: dict) -> tuple[float, float, float] | None:
 
 
 def _placed(run: RunAnalysis, e: dict) -> None:
-    attempt = run.attempts[e["attempt"]]
-    attempt.task = e["task"]
-    attempt.placed, attempt.placed_h = e["ts"], float(e.get("handle_s", 0.0))
-    attempt.placed_stamps = _stamps(e)
+    table = run.attempts
+    row = table.row(e["attempt"])
+    table.task[row] = e["task"]
+    table.placed[row], table.placed_h[row] = e["ts"], float(e.get("handle_s", 0.0))
+    table.set_stamps(row, "placed", _stamps(e))
 
 
 def _launched(run: RunAnalysis, e: dict) -> None:
     run.counts["launches"] += 1
-    attempt = run.attempts[e["attempt"]]
-    attempt.task = e["task"]
-    attempt.launched, attempt.launched_h = e["ts"], float(e.get("handle_s", 0.0))
-    attempt.launched_stamps = _stamps(e)
-    attempt.cpu_m, attempt.user = int(e.get("cpu_m", 0)), e["user"]
+    table = run.attempts
+    row = table.row(e["attempt"])
+    table.task[row] = e["task"]
+    table.launched[row], table.launched_h[row] = e["ts"], float(e.get("handle_s", 0.0))
+    table.set_stamps(row, "launched", _stamps(e))
+    table.cpu_m[row], table.user[row] = int(e.get("cpu_m", 0)), e["user"]
     if e.get("queued"):  # it holds resources from its start at the worker
         run.counts["launches_queued"] += 1
-        attempt.queued = True
-        attempt.lm_start = attempt.started
+        table.flags[row] |= QUEUED
+        table.lm_start[row] = table.started[row]
     else:
-        attempt.lm_start = e["ts"]
+        table.lm_start[row] = e["ts"]
 
 
 def _received(run: RunAnalysis, e: dict) -> None:
-    attempt = run.attempts[e["attempt"]]
-    if attempt.received is None or e["ts"] < attempt.received:
-        attempt.received, attempt.received_h = e["ts"], float(e.get("handle_s", 0.0))
-        attempt.received_stamps = _stamps(e)
+    table = run.attempts
+    row = table.row(e["attempt"])
+    received = table.received[row]
+    if received != received or e["ts"] < received:  # NaN: none yet
+        table.received[row], table.received_h[row] = e["ts"], float(e.get("handle_s", 0.0))
+        table.set_stamps(row, "received", _stamps(e))
 
 
 def _started(run: RunAnalysis, e: dict) -> None:
     if e.get("resumed"):  # a suspended attempt running again: its first start counts
         run.counts["resumes"] += 1
         return
-    attempt = run.attempts[e["attempt"]]
-    if attempt.queued:
-        attempt.lm_start = e["ts"]
-    attempt.task = e["task"]
-    attempt.started = e["ts"]
-    if attempt.received is None:  # started at once: received and started by one event
-        attempt.received, attempt.received_h = e["ts"], float(e.get("handle_s", 0.0))
-        attempt.received_stamps = _stamps(e)
+    table = run.attempts
+    row = table.row(e["attempt"])
+    if table.flags[row] & QUEUED:
+        table.lm_start[row] = e["ts"]
+    table.task[row] = e["task"]
+    table.started[row] = e["ts"]
+    received = table.received[row]
+    if received != received:  # started at once: received and started by one event
+        table.received[row], table.received_h[row] = e["ts"], float(e.get("handle_s", 0.0))
+        table.set_stamps(row, "received", _stamps(e))
     copy_of = e.get("copy_of")
     if copy_of is not None:
-        attempt.copy_of = copy_of
+        table.copy_of[row] = copy_of
     # a copy (or a run from a checkpoint) does only the work left: that is its nominal time
     duration = float(e.get("duration") or 0.0) - float(e.get("start_work") or 0.0)
     run_for = e.get("run_for")  # on a node whose speed varies: how long the run lasts
@@ -704,14 +845,15 @@ def _started(run: RunAnalysis, e: dict) -> None:
 def _lm_end(run: RunAnalysis, e: dict) -> None:
     # task_finished and task_failed are logged by the worker too (with a `worker` field); the
     # LM's are the truth that shares and counts are taken from
+    table = run.attempts
     if "worker" in e:
         own_work = e.get("own_work")  # the worker's measure of the work the attempt did
         if own_work is not None:
-            attempt = run.attempts[e["attempt"]]
-            attempt.own_work = float(own_work)
-            attempt.finished = e["event"] == "task_finished"
+            row = table.row(e["attempt"])
+            table.own_work[row] = float(own_work)
+            table.flag(row, FINISHED, e["event"] == "task_finished")
         return
-    run.attempts[e["attempt"]].lm_end = e["ts"]
+    table.lm_end[table.row(e["attempt"])] = e["ts"]
     counter = {"task_lost": "tasks_lost", "task_failed": "tasks_failed",
                "task_preempted": "preemptions"}.get(e["event"])
     if counter:
@@ -738,17 +880,26 @@ def _requeued(run: RunAnalysis, e: dict) -> None:
 # counted in events_missing_fields only, not half taken.
 
 
+def _copy_of(run: RunAnalysis, attempt_id: str, original: str | None) -> None:
+    """The attempt is a copy of `original` (None: of no attempt)."""
+    row = run.attempts.row(attempt_id)
+    if original is None:
+        run.attempts.copy_of.pop(row, None)
+    else:
+        run.attempts.copy_of[row] = original
+
+
 def _copy_launched(run: RunAnalysis, e: dict) -> None:
     attempt_id, original = e["attempt"], e["original"]
     run.counts["copies_launched"] += 1
-    run.attempts[attempt_id].copy_of = original
+    _copy_of(run, attempt_id, original)
 
 
 def _copy_cancelled(run: RunAnalysis, e: dict) -> None:
     attempt_id, original = e["attempt"], e["original"]
     run.counts["copies_cancelled"] += 1
     run.races.cancelled[e.get("why", "?")] += 1
-    run.attempts[attempt_id].copy_of = original
+    _copy_of(run, attempt_id, original)
 
 
 def _copy_won(run: RunAnalysis, e: dict) -> None:
@@ -763,7 +914,7 @@ def _copy_won(run: RunAnalysis, e: dict) -> None:
 def _copy_finished_late(run: RunAnalysis, e: dict) -> None:
     run.counts["copies_finished_late"] += 1
     if e.get("original") is not None:  # else the worker's start of the copy names it
-        run.attempts[e["attempt"]].copy_of = e["original"]
+        _copy_of(run, e["attempt"], e["original"])
 
 
 def _gm_starting(run: RunAnalysis, e: dict) -> None:

@@ -3,6 +3,10 @@
 The replayer calls `progress(phase, done, total)` (phase "submit", then "complete"); it does
 not know which of the two it talks to. In `docker compose logs` a bar would be noise, so the
 choice follows whether stderr is a terminal.
+
+rich is imported by the bar only: the workload tools (and `megha simulate`, which builds its
+workload with them) import this module for `Progress` and `quiet`, and a run whose stderr is
+no terminal never draws a bar.
 """
 
 from __future__ import annotations
@@ -10,10 +14,10 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from rich import progress as bars
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
@@ -53,10 +57,13 @@ class BarProgress(_Closing):
     """One bar per phase, drawn by rich on the terminal."""
 
     def __init__(self, stream: TextIO = sys.stderr) -> None:
+        from rich import progress as bars
+        from rich.console import Console
+
         self.bars = bars.Progress(bars.TextColumn("{task.description:>8}"), bars.BarColumn(),
                                   bars.MofNCompleteColumn(), bars.TextColumn("jobs"),
                                   bars.TimeElapsedColumn(), console=Console(file=stream))
-        self.tasks: dict[str, bars.TaskID] = {}
+        self.tasks: dict[str, TaskID] = {}
         self.bars.start()
 
     def __call__(self, phase: str, done: int, total: int) -> None:

@@ -21,9 +21,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from common.errors import InvalidInput
 from common.federation import MACHINE_PROFILES, RANDOM_PROFILE, Federation
 from loadgen.sources import add_workload_arguments, build_workload, load_config
@@ -155,7 +152,16 @@ class _Bar:
 
     def __init__(self) -> None:
         self.bar = None
-        if sys.stderr.isatty():
+        if sys.stderr.isatty():  # rich only then: a run's memory starts with its imports
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
             self.bar = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
                                 TextColumn("jobs, virtual {task.fields[clock]}"),
                                 TimeElapsedColumn(), console=Console(file=sys.stderr))
@@ -231,8 +237,8 @@ def _simulate(settings: RunSettings, scheduler: str, federation: Federation,
         log.close()
     wall = time.perf_counter() - started
     # The run's cores and jobs are garbage now, mostly in cycles (a GM's task and job records
-    # refer to each other) that the paused collector leaves alone; the report needs about as
-    # much memory again for a moment. One collection first (under a second after a
+    # refer to each other) that the paused collector leaves alone, and the report needs
+    # memory of its own for a moment. One collection first (under a second after a
     # 10,000-node run) keeps the peak near the run's own.
     del jobs
     gc.collect()

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from common.policies.jobs.ladder import QueueLadder
 
 
+NO_PILOTS: frozenset[int] = frozenset()  # one for every job without pilots (a GM keeps 100,000s)
+
+
 @dataclass(slots=True)
 class JobProgress:
     """What a job policy may read and write of a job. The GM owns the rest."""
@@ -70,14 +73,16 @@ class JobProgress:
     done: int = 0
     attained: float = 0.0  # the summed runtime of its finished tasks, task-seconds
     longest: float = 0.0  # its longest finished task's runtime
-    pilots: frozenset[int] = frozenset()  # task indices run first; the rest are held
+    pilots: frozenset[int] = NO_PILOTS  # task indices run first; the rest are held
     pilot_runtimes: list[float] = field(default_factory=list)
     estimated_task_duration: float | None = None
     estimate: float | None = None  # estimated total work, task-seconds
     sampling_ratio: float | None = None  # slearn: the share of its tasks run as pilots
     level: int = 0  # its priority queue (0 the highest); the policy keeps it
     # its tasks running now: index -> when that attempt started, by the GM's clock (the GM
-    # keeps it, `ran`; las counts their time so far in the job's attained service)
+    # keeps it, `ran`; las counts their time so far in the job's attained service). Emptied,
+    # it is a new dict: a dict never gives back the table its widest moment grew, and the GM
+    # keeps ended jobs
     running: dict[int, float] = field(default_factory=dict)
 
     @property
@@ -111,7 +116,10 @@ class JobProgress:
         """Task `index` started running at `since`, or stopped running (None: it finished,
         was preempted or lost)."""
         if since is None:
-            self.running.pop(index, None)
+            running = self.running
+            running.pop(index, None)
+            if not running:
+                self.running = {}
         else:
             self.running[index] = since
 
@@ -242,7 +250,7 @@ class FifoPolicy:
         self.options = options  # fifo reads none of them
 
     def admit(self, job: JobProgress, rng: random.Random) -> None:
-        job.pilots = frozenset()
+        job.pilots = NO_PILOTS
 
     def task_finished(self, job: JobProgress, index: int, runtime: float) -> bool:
         return False

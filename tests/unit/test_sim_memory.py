@@ -183,8 +183,8 @@ def test_a_jobs_tasks_of_one_shape_share_one_shape_tuple() -> None:
 
 def test_a_run_passes_its_story_length_and_is_collected_before_its_report(monkeypatch) -> None:
     """`simulate_once` gives the cores the settings' story length; and they are garbage by the
-    report, which needs as much memory again: a simulation still alive then (its cycles never
-    collected) would double the run's peak."""
+    report, which needs memory of its own: a simulation still alive then (its cycles never
+    collected) would add the report's peak to the run's."""
     sims: list[weakref.ref] = []
     lengths: set[int] = set()
     at_report: list[bool] = []
