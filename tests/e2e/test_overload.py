@@ -65,8 +65,8 @@ def test_after_three_times_the_sustained_rate_the_testbed_recovers_by_itself(
     # arrivals planned past the burst's end: the client is stopped with jobs still to send
     rate = BURST_FACTOR * SUSTAINED_TASKS_PER_S
     jobs, _ = synthesize(rate, BURST_S + 10, 7, federation, CONFIG, prefix="burst")
-    burst_ended = asyncio.run(offer_for(Replayer(jobs, queues, log=lambda _: None,
-                                                 tokens=testbed.user_tokens), BURST_S))
+    replayer = Replayer(jobs, queues, log=lambda _: None, tokens=testbed.user_tokens)
+    burst_ended = asyncio.run(offer_for(replayer, BURST_S))
     held = backlogs(gms)
     # five seconds of work or more still waiting: the burst overloaded the GMs
     assert sum(held.values()) >= 5 * SUSTAINED_TASKS_PER_S, held
@@ -85,7 +85,12 @@ def test_after_three_times_the_sustained_rate_the_testbed_recovers_by_itself(
             started_by_deadline[event["job"]].add(event["task"])
     missing = {job: tasks - len(started_by_deadline[job]) for job, tasks in accepted.items()
                if len(started_by_deadline[job]) < tasks}
-    assert len(accepted) > 0.5 * BURST_S * rate / 6, "the GMs should accept most of a burst"
+    # most of what the client offered: counted against the jobs it did post (a slower
+    # machine posts fewer in 20 s; the backlog check above says the burst overloaded anyway)
+    posted = {post.job for post in replayer.posts}
+    assert len(posted) > 0.25 * BURST_S * rate / 6, f"the client posted {len(posted)} jobs"
+    assert len(accepted) > 0.5 * len(posted), (
+        f"the GMs should accept most of a burst: {len(accepted)} of {len(posted)} jobs")
     assert not missing, (f"{sum(missing.values())} accepted tasks of {len(missing)} jobs had "
                          f"not started {RECOVERY_S:g} s after the burst")
     assert no_node_overcommitted(events)["launched"] >= sum(accepted.values())
