@@ -73,6 +73,11 @@ _STOPPED_BY_LM = frozenset({Reason.PREEMPTED, Reason.CANCELLED})
 # slow, and every attempt ends
 _END_LINES = {why: f"task_{why}" for why in Reason}
 
+# read for every attempt: enum members looked up once (a descriptor call each time on
+# Python 3.11)
+_STARTED, _LAUNCHED, _QUEUED = Reason.STARTED, Reason.LAUNCHED, Reason.QUEUED
+_REPARTITION, _LAUNCHED_STATE = RequestKind.REPARTITION, AttemptState.LAUNCHED
+
 
 class LocalMaster:
     """One LM. Drive it with `handle(event, now)`; carry out the commands it returns. Its
@@ -189,18 +194,19 @@ class LocalMaster:
     def _on_launch(self, event: LaunchRequested, step: Step) -> None:
         """Each item judged on its own, and acted on, in order."""
         refusal, results = self._refusal(), []
+        gm, kind, lm_epoch = event.gm, event.kind, event.lm_epoch
+        index, judge = self.topology.index, self._judge.launch
         for item in event.placements:
-            i = self.topology.index.get(item.node_id, -1)
-            reason = self._judge.launch(event.gm, event.kind, item, i, event.lm_epoch, refusal,
-                                        self._queues)
-            results.append(self._carry_out(step, event.kind, item, i, reason, "launch_refused"))
-        step.emit(ReplyToGM(event.gm, event.request_id, tuple(results), self.reply_snapshot()))
+            i = index.get(item.node_id, -1)
+            reason = judge(gm, kind, item, i, lm_epoch, refusal, self._queues)
+            results.append(self._carry_out(step, kind, item, i, reason, "launch_refused"))
+        step.emit(ReplyToGM(gm, event.request_id, tuple(results), self.reply_snapshot()))
 
     def _carry_out(self, step: Step, kind: RequestKind, item: Placement, i: int, reason: Reason,
                    refused: str) -> LaunchResult:
         """Act on the verdict on `item`: start it (launched or queued), or say why not."""
-        if reason is Reason.LAUNCHED or reason is Reason.QUEUED:
-            self._start(step, item, i, kind is RequestKind.REPARTITION, reason is Reason.QUEUED)
+        if reason is _LAUNCHED or reason is _QUEUED:
+            self._start(step, item, i, kind is _REPARTITION, reason is _QUEUED)
         elif reason is Reason.ALREADY_RUNNING:
             step.emit(Log("launch_repeated", _fields(self.lm, item)))
         else:
@@ -217,9 +223,7 @@ class LocalMaster:
             owner = self.topology.gms[self.topology.owner[i]]
             step.emit(Log("repartition", _fields(self.lm, item, from_gm=owner,
                                                  cpu_m=demand.cpu_m, mem_mib=demand.mem_mib)))
-        step.emit(Log("task_launched", _fields(
-            self.lm, item, logical=logical, cpu_m=demand.cpu_m, mem_mib=demand.mem_mib,
-            queued=queued or None)))
+        step.emit(_launched_line(self.lm, item, logical, queued))
         step.emit(StartOnWorker(self.topology.workers[i], item))
 
     def _on_preempt(self, event: PreemptRequested, step: Step) -> None:
@@ -276,7 +280,7 @@ class LocalMaster:
                 return
             if self._queues.started(attempt):
                 self._snapshots.changed()
-        if attempt.state is not AttemptState.LAUNCHED:  # a retried report, adopted, resumed
+        if attempt.state is not _LAUNCHED_STATE:  # a retried report, adopted, resumed
             step.emit(Log("worker_report_repeated", {"attempt": event.attempt_id}))
         else:
             self._attempts.start(step, attempt)
@@ -287,7 +291,7 @@ class LocalMaster:
                 self._workers.heard(worker, step.now)
             # no line of its own: the worker's `task_started` says it, with the start's own
             # time (one line less per task is a seventh of what the engine carries under load)
-            started = _task_event(self.lm, attempt, Reason.STARTED, at=event.at)
+            started = _task_event(self.lm, attempt.placement, _STARTED, at=event.at)
             step.emit(PublishTaskEvent(attempt.placement.gm, started))
 
     def _on_suspended(self, event: WorkerTaskSuspended, step: Step) -> None:
@@ -378,23 +382,22 @@ class LocalMaster:
         """Free an attempt's resources (a logical node goes back to its node's owner); its
         copies end with it. `stop`: its worker still runs it (a copy of it won)."""
         attempt = self._attempts.end(step, attempt_id, why, detail)
+        item = attempt.placement
         if self._copies is not None:
             self._copies.original_stopped(step, attempt_id, why)
         if self._queues is not None:
             self._queues.ended(attempt)
         else:
-            demand = attempt.placement.task.demand
+            demand = item.task.demand
             self.state.give(attempt.node_index, demand.cpu_m, demand.mem_mib)
         self._snapshots.changed(ended=True)
-        worker = self.topology.workers[attempt.node_index]
         if why in _STOPPED_BY_LM or stop:
-            step.emit(StopOnWorker(worker, attempt_id, why if why in _STOPPED_BY_LM
-                                   else Reason.CANCELLED))
-        step.emit(Log(_END_LINES[why], _fields(self.lm, attempt.placement, runtime=runtime,
-                                               detail=detail)))
+            step.emit(StopOnWorker(self.topology.workers[attempt.node_index], attempt_id,
+                                   why if why in _STOPPED_BY_LM else Reason.CANCELLED))
+        step.emit(_ended_line(self.lm, item, why, runtime, detail))
         if publish:
-            event = _task_event(self.lm, attempt, why, runtime=runtime, detail=detail)
-            step.emit(PublishTaskEvent(attempt.placement.gm, event))
+            step.emit(PublishTaskEvent(item.gm, _task_event(self.lm, item, why, runtime,
+                                                            detail)))
 
     # -- worker heartbeats and liveness ------------------------------------------------------
 
@@ -549,18 +552,43 @@ def _check_resources(topology: ClusterTopology, state: JournaledState,
             raise InvariantViolated(f"{topology.lm}: node {node_id} is down but runs tasks")
 
 
-def _task_event(lm: str, attempt: RunningAttempt, kind: Reason, *, runtime: float | None = None,
+def _task_event(lm: str, item: Placement, kind: Reason, runtime: float | None = None,
                 detail: str = "", at: float | None = None) -> TaskEvent:
-    item = attempt.placement
-    return TaskEvent(kind, item.attempt_id, item.task.task_id, item.task.job_id, item.gm, lm,
+    task = item.task
+    return TaskEvent(kind, item.attempt_id, task.task_id, task.job_id, item.gm, lm,
                      item.node_id, runtime, detail, at)
+
+
+# Every attempt's first and last lines: `_fields`'s, written out (each extra only where it
+# says something), without a keyword dict and its loop for each.
+
+def _launched_line(lm: str, item: Placement, logical: bool, queued: bool) -> Log:
+    demand = item.task.demand
+    fields = _fields(lm, item)
+    fields["logical"] = logical
+    fields["cpu_m"] = demand.cpu_m
+    fields["mem_mib"] = demand.mem_mib
+    if queued:
+        fields["queued"] = True
+    return Log("task_launched", fields)
+
+
+def _ended_line(lm: str, item: Placement, why: Reason, runtime: float | None,
+                detail: str) -> Log:
+    fields = _fields(lm, item)
+    if runtime is not None:
+        fields["runtime"] = runtime
+    if detail:
+        fields["detail"] = detail
+    return Log(_END_LINES[why], fields)
 
 
 def _fields(lm: str, item: Placement, **extra) -> dict:
     """An attempt's fields in a log line, with `extra` where it says something."""
     fields = {"attempt": item.attempt_id, "task": item.task.task_id, "job": item.task.job_id,
               "gm": item.gm, "user": item.user, "lm": lm, "node": item.node_id}
-    for key, value in extra.items():  # a plain loop: a generator here cost a third of it
-        if value not in (None, ""):
-            fields[key] = value
+    if extra:
+        for key, value in extra.items():  # a plain loop: a generator here cost a third of it
+            if value not in (None, ""):
+                fields[key] = value
     return fields

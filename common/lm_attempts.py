@@ -13,7 +13,7 @@ reprioritizations (one with local queues or copies), the live attempts of each j
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -123,8 +123,11 @@ class LMAttemptBook:
         # three in five of the lists a heartbeat carries are as in the LM's last one, and
         # copying them all anew was 2% of a 10,000-node run (benchmarks/bench_sim.py)
         self._id_tuples: dict[str, tuple[str, ...]] = {}
-        # how recent attempts ended: an id seen before is never run again, in flat memory
-        self.ended: OrderedDict[str, AttemptState] = OrderedDict()
+        # how recent attempts ended: an id seen before is never run again, in flat memory.
+        # A dict and the ids in the order they ended, not an OrderedDict: the same oldest id
+        # is forgotten first, in about half the memory (a long run keeps every end)
+        self.ended: dict[str, AttemptState] = {}
+        self._ended_order: deque[str] = deque()
         self._ended_memory = ended_memory
         # job id -> its live attempts' ids: who holds a reprioritized job, without a scan of
         # every attempt; None where nothing asks (an LM without queues or copies)
@@ -132,18 +135,27 @@ class LMAttemptBook:
 
     def add(self, step: Step, attempt: RunningAttempt, detail: str) -> None:
         """Take on a new attempt in its first state (launched or adopted)."""
-        attempt_id = attempt.placement.attempt_id
+        placement = attempt.placement
+        attempt_id, gm = placement.attempt_id, placement.gm
         self._transition(step, attempt_id, _NEW, attempt.state, detail)
         self.running[attempt_id] = attempt
-        info = self.infos[attempt_id] = attempt.info()
-        self.ids_by_gm.setdefault(info.gm, {})[attempt_id] = None
-        self._id_tuples.pop(info.gm, None)
+        self.infos[attempt_id] = attempt.info()
+        of_gm = self.ids_by_gm.get(gm)
+        if of_gm is None:
+            of_gm = self.ids_by_gm[gm] = {}
+        of_gm[attempt_id] = None
+        self._id_tuples.pop(gm, None)
         if self.by_job is not None:
-            self.by_job.setdefault(attempt.placement.task.job_id, {})[attempt_id] = None
+            self.by_job.setdefault(placement.task.job_id, {})[attempt_id] = None
 
     def start(self, step: Step, attempt: RunningAttempt) -> None:
-        """Its worker reported the start."""
-        self._transition(step, attempt.placement.attempt_id, attempt.state, _RUNNING)
+        """Its worker reported the start: the one move every attempt makes, so its check is
+        `_transition`'s, written out."""
+        old = attempt.state
+        if _RUNNING not in ATTEMPT_TRANSITIONS[old]:
+            check_transition(ATTEMPT_TRANSITIONS, attempt.placement.attempt_id, old, _RUNNING,
+                             self.log)
+        self.log.record(step.now, step.stimulus_id, attempt.placement.attempt_id, old, _RUNNING)
         attempt.state = _RUNNING
         attempt.acknowledged = True
 
@@ -159,9 +171,10 @@ class LMAttemptBook:
         new = END_STATES[why]
         self._transition(step, attempt_id, attempt.state, new, detail)
         del self.running[attempt_id]
-        info = self.infos.pop(attempt_id)
-        del self.ids_by_gm[info.gm][attempt_id]
-        self._id_tuples.pop(info.gm, None)
+        del self.infos[attempt_id]
+        gm = attempt.placement.gm
+        del self.ids_by_gm[gm][attempt_id]
+        self._id_tuples.pop(gm, None)
         if self.by_job is not None:
             job_id = attempt.placement.task.job_id
             of_job = self.by_job[job_id]
@@ -169,9 +182,12 @@ class LMAttemptBook:
             if not of_job:
                 del self.by_job[job_id]
         attempt.state = new
-        self.ended[attempt_id] = new
-        if len(self.ended) > self._ended_memory:
-            self.ended.popitem(last=False)
+        ended = self.ended
+        if attempt_id not in ended:  # (a live attempt never is: `validate`)
+            self._ended_order.append(attempt_id)
+        ended[attempt_id] = new
+        if len(ended) > self._ended_memory:
+            del ended[self._ended_order.popleft()]
         return attempt
 
     def reprioritize(self, job_id: str, gm: str, priority: float, workers_of: Sequence[str],
@@ -217,6 +233,8 @@ class LMAttemptBook:
 
     def validate(self) -> None:
         """The listings match the attempts, and every attempt's state is a live one."""
+        if len(self._ended_order) != len(self.ended):
+            raise InvariantViolated(f"{self.lm}: ended attempts and their order differ")
         if self.infos.keys() != self.running.keys():
             raise InvariantViolated(f"{self.lm}: heartbeat listing differs from running")
         by_gm: dict[str, set[str]] = {}

@@ -303,12 +303,16 @@ class CopyBook:
             want = plan.get(original, 0)
             while len(group.copies) > want:  # the latest launched go first
                 self._cancel(step, group, group.copies[-1], "reallocated")
-        free = self.idle & ~self.occupied
+        free = self.idle & ~self.occupied  # `_launch` takes the nodes it uses out
+        if not free.any():
+            return  # every idle node runs a copy: no need to go through the whole plan
         for original, want in plan.items():
             group = self.groups.get(original)
             have = len(group.copies) if group is not None else 0
-            if have < want and free.any():
+            if have < want:
                 self._launch(step, self.running[original], want - have, free)
+                if not free.any():
+                    return
 
     def _launch(self, step: Step, attempt: RunningAttempt, count: int, free: bitarray) -> None:
         placement = attempt.placement

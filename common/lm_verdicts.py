@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 # may still make room
 _SHORT_OF_ROOM = frozenset({Reason.STALE_VIEW, Reason.QUEUED, Reason.QUEUE_FULL})
 
+# read for every item: enum members looked up once (a descriptor call each on Python 3.11)
+_LAUNCH, _REPARTITION = RequestKind.LAUNCH, RequestKind.REPARTITION
+_LAUNCHED, _NOT_OWNER = Reason.LAUNCHED, Reason.NOT_OWNER
+
 
 class Judge:
     """The checks of one LM. `refusal` is the LM's own reason to take no work now
@@ -38,11 +42,12 @@ class Judge:
     def launch(self, gm: str, kind: RequestKind, item: Placement, i: int, lm_epoch: int | None,
                refusal: Reason | None, queues: NodeQueueBook | None) -> Reason:
         """A launch or repartition of `item` on node i (-1: unknown) for `gm`."""
-        known = self.attempts.running.get(item.attempt_id)
+        attempts = self.attempts
+        known = attempts.running.get(item.attempt_id)
         if known is not None:
             same = known.placement.node_id == item.node_id and known.placement.gm == gm
             return Reason.ALREADY_RUNNING if same else Reason.DUPLICATE
-        if item.attempt_id in self.attempts.ended:
+        if item.attempt_id in attempts.ended:
             return Reason.DUPLICATE
         if lm_epoch is not None and lm_epoch < self.epoch:
             # planned on an earlier incarnation, which may have run it before it died: its
@@ -54,18 +59,20 @@ class Judge:
             return Reason.UNKNOWN_NODE
         if not self.state.up[i]:
             return Reason.NODE_DOWN
-        owner = self.topology.gms[self.topology.owner[i]]
-        if kind is RequestKind.LAUNCH and owner != gm:
-            return Reason.NOT_OWNER
-        if kind is RequestKind.REPARTITION and owner == gm:
+        topology = self.topology
+        owner = topology.gms[topology.owner[i]]
+        if kind is _LAUNCH and owner != gm:
+            return _NOT_OWNER
+        if kind is _REPARTITION and owner == gm:
             return Reason.OWNED_BY_REQUESTER
-        if not item.task.constraints <= self.topology.nodes[i].constraints:
+        task = item.task
+        if not task.constraints <= topology.nodes[i].constraints:
             return Reason.CONSTRAINT_MISMATCH
-        demand = item.task.demand
+        demand = task.demand
         if ((queues is None or not queues.counts[i])
                 and self.state.fits(i, demand.cpu_m, demand.mem_mib)):
-            return Reason.LAUNCHED
-        if queues is None or kind is not RequestKind.LAUNCH:
+            return _LAUNCHED
+        if queues is None or kind is not _LAUNCH:
             # only a node's owner queues there: a repartition borrows room that is free now
             return Reason.STALE_VIEW
         return queues.verdict(i, demand)

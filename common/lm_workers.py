@@ -40,15 +40,18 @@ class WorkerWatch:
         for i, worker in enumerate(topology.workers):
             self.nodes.setdefault(worker, []).append(i)
         self._seen: dict[str, float] = dict.fromkeys(self.nodes, now)
+        # no `_seen` is older than this (the oldest at the last scan, or an older report
+        # since): while it is within `timeout`, no worker is silent and a tick need not scan
+        # them all (with the simulator's infinite timeout, none ever does)
+        self._oldest_seen = now
         self._unheard: set[str] = set(self.nodes) if recovering else set()
         self._recovery_deadline = now + timeout if recovering else None
+        # whether a recovery is on (`_recovery_deadline` set): a plain attribute, read for
+        # every request, tick and heartbeat of the LM
+        self.recovering = recovering
         if recovering:
             for i in range(len(topology)):
                 state.set_up(i, False)
-
-    @property
-    def recovering(self) -> bool:
-        return self._recovery_deadline is not None
 
     def heard(self, worker: str, now: float) -> list[int] | None:
         """The worker reported (a heartbeat, or an attempt's start): its nodes, or None for a
@@ -56,12 +59,18 @@ class WorkerWatch:
         nodes = self.nodes.get(worker)
         if nodes is not None:
             self._seen[worker] = now
+            if now < self._oldest_seen:  # a clock that went back (tests)
+                self._oldest_seen = now
         return nodes
 
     def silent(self, now: float) -> list[str]:
         """The workers not heard from for longer than `timeout`."""
         timeout = self.timeout
-        return [worker for worker, seen in self._seen.items() if now - seen > timeout]
+        if now - self._oldest_seen <= timeout:
+            return []
+        seen = self._seen
+        self._oldest_seen = min(seen.values(), default=now)
+        return [worker for worker, at in seen.items() if now - at > timeout]
 
     # -- its nodes ---------------------------------------------------------------------------
 
@@ -134,4 +143,5 @@ class WorkerWatch:
         if self._unheard and now < self._recovery_deadline:
             return None
         self._recovery_deadline = None
+        self.recovering = False
         return sorted(self._unheard)

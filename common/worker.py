@@ -60,6 +60,12 @@ if TYPE_CHECKING:
 
 DEFAULT_ENDED_MEMORY = 20_000
 
+# the states every attempt passes through, looked up once: reading an enum member off its
+# class costs a descriptor call on Python 3.11, and these are read several times per task
+_NEW, _QUEUED, _RUNNING = AttemptState.NEW, AttemptState.QUEUED, AttemptState.RUNNING
+_FINISHED = AttemptState.FINISHED
+_STARTED_REPORT, _FINISHED_REPORT = Reason.STARTED, Reason.FINISHED
+
 
 ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
     AttemptState.NEW: frozenset(
@@ -177,7 +183,7 @@ class WorkerAgent:
 
     def _on_assigned(self, event: TaskAssigned, step: Step) -> None:
         placement = event.placement
-        known = self.state_of(placement.attempt_id)
+        known = self._attempts.state_of(placement.attempt_id)
         if known is not None:
             fields = self._fields(placement, state=str(known))
             step.emit(Log("worker_duplicate_assignment", fields))
@@ -194,7 +200,7 @@ class WorkerAgent:
             return
         if not demand.fits_in(node.spec.capacity):
             self._refuse(step, placement, "demand exceeds node capacity")
-        elif node.fits(demand):
+        elif demand.cpu_m <= node.free_cpu and demand.mem_mib <= node.free_mem:  # node.fits
             # Work conservation keeps every queued task of this node unable to fit its free
             # resources, so none of higher order could start before this one if it fits now.
             self._start(step, node, placement)
@@ -208,24 +214,27 @@ class WorkerAgent:
 
     def _on_run_ended(self, event: TaskRunEnded, step: Step) -> None:
         live = self._live.get(event.attempt_id)
-        if live is None or live.state is not AttemptState.RUNNING:
+        if live is None or live.state is not _RUNNING:
             # e.g. the runner's own end of a task already killed: it was reported then
             step.emit(self._unknown_attempt_log("task_run_ended", event.attempt_id))
             return
         placement = live.placement
+        attempt_id = placement.attempt_id
         node = self._nodes[placement.node_id]
-        self._release(step, node, placement, AttemptState.FINISHED)
+        self._release(step, node, placement, _FINISHED)
         # the runner measured its last run only: a suspended attempt ran before, too
         runtime = live.ran_seconds + event.runtime
-        fields = self._fields(placement, runtime=runtime)
+        fields = self._line(node, placement)
+        fields["runtime"] = runtime
         work_left = live.work_left()
         if work_left is not None:
             fields["own_work"] = live.own_work + work_left
         if self._suspensions is not None:
-            self._suspensions.finished(placement.attempt_id, fields)
-        step.emit(ReportToLM(Reason.FINISHED, placement.attempt_id, runtime=runtime))
+            self._suspensions.finished(attempt_id, fields)
+        step.emit(ReportToLM(_FINISHED_REPORT, attempt_id, runtime=runtime))
         step.emit(Log("task_finished", fields))
-        self._start_queued(step, node)
+        if self._queued_total:
+            self._start_queued(step, node)
 
     def _on_reprioritized(self, event: JobReprioritized, step: Step) -> None:
         """The job's attempts here take its new priority; the queued ones are re-keyed.
@@ -348,19 +357,20 @@ class WorkerAgent:
         """Start a new attempt (`live` None) or a queued one, suspended before or not."""
         attempt_id = placement.attempt_id
         now = step.now
+        # new -> running and queued -> running are always allowed: recorded, not checked
         if live is None:
-            self._transition(step, attempt_id, AttemptState.NEW, AttemptState.RUNNING)
-            live = LiveAttempt(placement, AttemptState.RUNNING, now,
-                               base_work=placement.start_work)
+            self._log.record(now, step.stimulus_id, attempt_id, _NEW, _RUNNING, "")
+            live = LiveAttempt(placement, _RUNNING, now, base_work=placement.start_work)
             self._attempts.add(live)
         else:
-            self._transition(step, attempt_id, AttemptState.QUEUED, AttemptState.RUNNING)
-            live.placement, live.state, live.since = placement, AttemptState.RUNNING, now
+            self._log.record(now, step.stimulus_id, attempt_id, _QUEUED, _RUNNING, "")
+            live.placement, live.state, live.since = placement, _RUNNING, now
         node.take(placement)
-        duration = placement.task.duration
-        fields = self._fields(placement, duration=duration,
-                             queued_seconds=queued_seconds, priority=placement.priority,
-                             pilot=placement.pilot)
+        fields = self._line(node, placement)
+        fields["duration"] = placement.task.duration
+        fields["queued_seconds"] = queued_seconds
+        fields["priority"] = placement.priority
+        fields["pilot"] = placement.pilot
         if placement.copy_of is not None:
             fields["copy_of"] = placement.copy_of
         if live.base_work:
@@ -369,7 +379,7 @@ class WorkerAgent:
             self._suspensions.resuming(live, fields)
         run_for = live.plan_run(node.speed, now, fields)
         step.emit(RunTask(attempt_id, node.spec.node_id, duration=run_for))
-        step.emit(ReportToLM(Reason.STARTED, attempt_id, at=now))
+        step.emit(ReportToLM(_STARTED_REPORT, attempt_id, at=now))
         step.emit(Log("task_started", fields))
 
     def _enqueue(self, step: Step, node: NodeState, placement: Placement) -> None:
@@ -383,7 +393,8 @@ class WorkerAgent:
         step.emit(Log("task_queued", fields))
 
     def _start_queued(self, step: Step, node: NodeState) -> None:
-        """Start queued tasks that fit, in policy order; one that does not fit is skipped."""
+        """Start queued tasks that fit, in policy order; one that does not fit is skipped.
+        (A task's end skips the call while no node queues anything.)"""
         for placement in node.startable():
             node.queue.remove(placement.attempt_id)
             self._queued_total -= 1
@@ -421,7 +432,7 @@ class WorkerAgent:
         self, step: Step, node: NodeState, placement: Placement, new: AttemptState
     ) -> None:
         node.give_back(placement)
-        self._end(step, placement.attempt_id, AttemptState.RUNNING, new)
+        self._end(step, placement.attempt_id, _RUNNING, new)
 
     def _refuse(self, step: Step, placement: Placement, detail: str) -> None:
         attempt_id = placement.attempt_id
@@ -450,21 +461,25 @@ class WorkerAgent:
     # --- log fields -----------------------------------------------------------------------
 
     def _fields(self, placement: Placement, **extra) -> dict:
-        """A line's fields about the placement, then `extra`: one dict, not a merge of two
-        (every task's lines come through here)."""
-        node = self._nodes.get(placement.node_id)
-        fields = {
+        """A line's fields about the placement, then `extra`: one dict, not a merge of two."""
+        fields = self._line(self._nodes.get(placement.node_id), placement)
+        fields.update(extra)
+        return fields
+
+    def _line(self, node: NodeState | None, placement: Placement) -> dict:
+        """`_fields` without extras, its node (None: not this worker's) already known: every
+        task's start and end line is made here, their extras then set one by one."""
+        task = placement.task
+        return {
             "attempt": placement.attempt_id,
-            "task": placement.task.task_id,
-            "job": placement.task.job_id,
+            "task": task.task_id,
+            "job": task.job_id,
             "node": placement.node_id,
             "worker": self.worker_id,
             "lm": node.spec.lm if node is not None else None,
             "gm": placement.gm,
             "user": placement.user,
         }
-        fields.update(extra)
-        return fields
 
     def _unknown_attempt_log(self, stimulus: str, attempt_id: str) -> Log:
         known = self._attempts.ended.get(attempt_id)
