@@ -28,6 +28,7 @@ class AttemptBook:
     def __init__(self, gm: str, epoch: int) -> None:
         self.gm = gm
         self.epoch = epoch  # this GM's incarnation: its attempt ids never collide with older
+        self._sep = f"#{epoch}."  # task id + this + n: an attempt id
         self._attempts: dict[str, TaskRecord] = {}  # every attempt of every unfinished task
         self._live_on: dict[str, dict[str, TaskRecord]] = {}  # lm -> launched attempts there
         self._oldest_launch: dict[str, int] = {}  # lm -> the oldest LM epoch launched under
@@ -38,7 +39,7 @@ class AttemptBook:
     def issue(self, task: TaskRecord) -> str:
         """A new attempt of `task`, which becomes its live one."""
         task.attempts += 1
-        attempt_id = f"{task.spec.task_id}#{self.epoch}.{task.attempts}"
+        attempt_id = f"{task.spec.task_id}{self._sep}{task.attempts}"
         task.live = attempt_id
         self._attempts[attempt_id] = task
         return attempt_id
@@ -54,10 +55,20 @@ class AttemptBook:
         task = self._attempts.get(attempt_id)
         return task is not None and task.live == attempt_id and task.state is TaskState.PLACING
 
+    def placing(self, attempt_ids: list[str]) -> list[tuple[str, TaskRecord]]:
+        """(attempt id, task) of those of `attempt_ids` that are `is_placing`, in order."""
+        attempts, placing = self._attempts, TaskState.PLACING
+        found = []
+        for attempt_id in attempt_ids:
+            task = attempts.get(attempt_id)
+            if task is not None and task.live == attempt_id and task.state is placing:
+                found.append((attempt_id, task))
+        return found
+
     def forget(self, task: TaskRecord) -> None:
         """The task ended: none of its attempts can change it any more."""
         for n in range(1, task.attempts + 1):
-            self._attempts.pop(f"{task.spec.task_id}#{self.epoch}.{n}", None)
+            self._attempts.pop(f"{task.spec.task_id}{self._sep}{n}", None)
         task.live = None
 
     # -- leases --------------------------------------------------------------------------------

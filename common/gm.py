@@ -40,14 +40,13 @@ from common.events import (
     Tick,
 )
 from common.gm_config import GMConfig
+from common.gm_moves import MOVES, NAME, arrival_fields, attempt_fields
 from common.gm_outbox import Outbox
 from common.gm_pass import SchedulingPass
 from common.gm_queries import EndedJobs, job_status
 from common.gm_records import (
-    ACTIVE_STATES,
     ENDED_JOB_STATES,
     ENDED_TASK_STATES,
-    LAUNCHED_STATES,
     WAITING_STATES,
     JobRecord,
 )
@@ -165,20 +164,17 @@ class GlobalMaster:
         record.key = self.policy.order_key(progress)
         record.level = progress.level
         for task in record.add_tasks():
-            self.view.expect_demand(task.spec.demand.cpu_m, task.spec.demand.mem_mib)
-            self._tasks[task.spec.task_id] = task
-            self.waiting += 1
-            self.waiting_by_user[job.user] += 1
+            spec = task.spec
+            self.view.expect_demand(spec.demand.cpu_m, spec.demand.mem_mib)
+            self._tasks[spec.task_id] = task
             self._backlog.add(task)
-            self.log.record(step.now, step.stimulus_id, task.spec.task_id, "new", task.state)
+            self.log.add((step.now, step.stimulus_id, spec.task_id, "new", NAME[task.state], ""))
+        self.waiting += len(job.tasks)  # a job has tasks (`check_job`)
+        self.waiting_by_user[job.user] += len(job.tasks)
         self.jobs[job.job_id] = record
         self.log.record(step.now, step.stimulus_id, job.job_id, "new", "pending",
                         f"{len(job.tasks)} tasks, user {job.user}")
-        arrived = {"job": job.job_id, "user": job.user, "gm": self.gm, "tasks": len(job.tasks),
-                   "arrival": job.arrival, "pilots": len(progress.pilots), "weight": job.weight}
-        if progress.sampling_ratio is not None:
-            arrived["sampling_ratio"] = progress.sampling_ratio
-        step.emit(Log("job_arrived", arrived))
+        step.emit(Log("job_arrived", arrival_fields(self.gm, job, progress)))
         if progress.estimate is not None:
             self._log_estimate(record, step)
         if self._attempts.has_orphans:
@@ -209,9 +205,9 @@ class GlobalMaster:
 
     def check_job(self, job: JobSpec) -> None:
         """Raise `InvalidInput` for a job this GM must refuse; changes nothing."""
-        tasks = self._tasks
-        self.admission.check(job, lambda task_id: tasks[task_id].job.spec.job_id
-                             if task_id in tasks else None)
+        get = self._tasks.get
+        self.admission.check(job, lambda task_id: None if (task := get(task_id)) is None
+                             else task.job.spec.job_id)
 
     # -- the scheduling pass --------------------------------------------------------------------
 
@@ -233,22 +229,21 @@ class GlobalMaster:
         """File the match as a new attempt in a request to its LM (`Outbox.file`); the task
         waits for the LM's answer."""
         request = self._outbox.file(task, match)
-        fields = {"attempt": task.live, "task": task.spec.task_id, "job": task.job.spec.job_id,
-                  "user": task.job.spec.user, "gm": self.gm, "lm": task.lm, "node": task.node}
+        fields = attempt_fields(self.gm, task)
         if match.victims is None:
             self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, step, task.node)
             self.counters["placements_total.queue" if match.queued
                           else _PLACEMENT_COUNTER[request.kind]] += 1
-            step.emit(Log("task_placed", {**fields, "kind": "queue" if match.queued
-                                          else _KIND_NAME[request.kind],
-                                          "request": request.request_id}))
+            fields["kind"] = "queue" if match.queued else _KIND_NAME[request.kind]
+            fields["request"] = request.request_id
+            step.emit(Log("task_placed", fields))
             return
         self._move(task, TaskState.PLACING, Reason.WAITING_FOR_LM, step,
                    f"preempting {len(match.victims)} on {task.lm}/{task.node}")
         self.counters["preemption_requests_total"] += 1
-        step.emit(Log("preemption_requested", {
-            **fields, "victims": [v.attempt_id for v in match.victims],
-            "request": request.request_id}))
+        fields["victims"] = [v.attempt_id for v in match.victims]
+        fields["request"] = request.request_id
+        step.emit(Log("preemption_requested", fields))
 
     # -- answers from LMs ------------------------------------------------------------------------
 
@@ -406,35 +401,33 @@ class GlobalMaster:
     def _move(self, task: TaskRecord, new: TaskState, reason: Reason, step: Step,
               detail: str = "") -> None:
         """The one place a task changes state: checked, logged, and the counts and lists that
-        depend on its state kept in step."""
+        depend on its state kept in step (`MOVES`: what each move changes)."""
         old = task.state
-        if new not in TASK_TRANSITIONS[old]:
+        effects = MOVES[old].get(new)
+        if effects is None:  # raises
             check_transition(TASK_TRANSITIONS, task.spec.task_id, old, new, self.log)
-        self.log.record(step.now, step.stimulus_id, task.spec.task_id, old, new,
-                        detail or reason)
+        waiting, runs, active, launched, old_name, new_name = effects
+        self.log.add((step.now, step.stimulus_id, task.spec.task_id, old_name, new_name,
+                      detail or NAME.get(reason, reason)))
         task.state, task.reason = new, reason
-        if (old in WAITING_STATES) != (new in WAITING_STATES):
-            change = 1 if new in WAITING_STATES else -1
-            self.waiting += change
-            self.waiting_by_user[task.job.spec.user] += change
-        if (old is TaskState.RUNNING) != (new is TaskState.RUNNING):  # las: service so far
+        if waiting:
+            self.waiting += waiting
+            self.waiting_by_user[task.job.spec.user] += waiting
+        if runs:  # las: service so far
             task.job.progress.ran(task.index, step.now if new is TaskState.RUNNING else None)
-        if (old in ACTIVE_STATES) != (new in ACTIVE_STATES):
-            self._backlog.occupy(task.job, 1 if new in ACTIVE_STATES else -1)
-            self.placer.moved(task.spec.task_id, task.live, task.job.spec.user,
-                              task.spec.demand.cpu_m, task.spec.demand.mem_mib,
-                              new in ACTIVE_STATES)
-        if new in LAUNCHED_STATES:
-            if old not in LAUNCHED_STATES:
-                self._attempts.list_launched(task)
-                self._priorities.launched(task)
-        elif old in LAUNCHED_STATES:
+        if active:
+            self._backlog.occupy(task.job, active)
+            self.placer.moved(task, active > 0)
+        if launched > 0:
+            self._attempts.list_launched(task)
+            self._priorities.launched(task)
+        elif launched < 0:
             self._priorities.unlaunched(task)  # by where it was listed: before unlisting
             self._attempts.unlist(task)
 
     def _move_job(self, job: JobRecord, new: JobState, step: Step) -> None:
         check_transition(JOB_TRANSITIONS, job.spec.job_id, job.state, new, self.log)
-        self.log.record(step.now, step.stimulus_id, job.spec.job_id, job.state, new)
+        self.log.record(step.now, step.stimulus_id, job.spec.job_id, NAME[job.state], NAME[new])
         job.state = new
 
     def _fail_job(self, job: JobRecord, why: str, step: Step) -> None:
@@ -463,8 +456,12 @@ class GlobalMaster:
                               "reason": job.reason} | self.policy.ended_fields(job.progress)))
         step.emit(JobEnded(spec.job_id, spec.user, str(job.state), job.reason))
         forgotten = self._ended.append(spec.job_id)
-        if forgotten is not None:
-            self.jobs.pop(forgotten, None)
+        record = self.jobs.get(forgotten) if forgotten is not None else None
+        if record is not None and record.state in ENDED_JOB_STATES:  # never a live namesake
+            del self.jobs[forgotten]
+            # its tasks and it refer to each other: a simulation pauses the cyclic collector,
+            # and a forgotten job freed at once is memory its later jobs reuse
+            record.tasks.clear()
 
     def _log_estimate(self, job: JobRecord, step: Step) -> None:
         step.emit(Log("job_estimated", {"job": job.spec.job_id, "user": job.spec.user,

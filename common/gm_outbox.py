@@ -81,13 +81,13 @@ class Outbox:
         for request in requests.ready():
             # while it waited its turn, a task may have ended (an older attempt finished,
             # its job failed): what is no longer placing stays home
-            attempts = [a for a in request.attempts if self.attempts.is_placing(a)]
-            if not attempts:
+            placing = self.attempts.placing(request.attempts)
+            if not placing:
                 requests.finished(request.request_id)
                 self.view.release(request.request_id)
                 self.placer.forget(request.request_id)
                 continue
-            placements = tuple(self._placement_of(a, priorities) for a in attempts)
+            placements = self._placements(placing, priorities)
             epoch = self.view.slots[request.lm].version[0]  # the incarnation planned on
             if request.preempt:
                 victims = self.placer.victims_of(request.request_id)
@@ -100,13 +100,18 @@ class Outbox:
                                            "request": request.request_id,
                                            "items": len(placements)}))
 
-    def _placement_of(self, attempt_id: str, priorities: dict[str, float]) -> Placement:
-        task = self.attempts.get(attempt_id)
-        job_id = task.job.spec.job_id
-        priority = priorities.get(job_id)
-        if priority is None:
-            priority = priorities[job_id] = self.policy.worker_priority(task.job.progress)
-        return task.placement(attempt_id, self.gm, priority)
+    def _placements(self, placing: list[tuple[str, TaskRecord]],
+                    priorities: dict[str, float]) -> tuple[Placement, ...]:
+        """What the LM is told of each attempt, with its job's priority (worked out once per
+        job in `priorities`)."""
+        gm, placements = self.gm, []
+        for attempt_id, task in placing:
+            job_id = task.job.spec.job_id
+            priority = priorities.get(job_id)
+            if priority is None:
+                priority = priorities[job_id] = self.policy.worker_priority(task.job.progress)
+            placements.append(task.placement(attempt_id, gm, priority))
+        return tuple(placements)
 
     def answered(self, request_id: str) -> LMRequest | None:
         """An LM answered: the request leaves the window and its reservation the view (the

@@ -14,6 +14,7 @@ where this one stopped.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from common.commands import ContinuePass, Log
@@ -43,8 +44,8 @@ class SchedulingPass:
             step: Step) -> None:
         """Place what is ready, as `config` says now (`work_conserving`: held tasks may use
         what pending ones cannot; `pass_tasks`: the bound). `try_place(task, step,
-        allow_preempt)` launches the task and returns True, or blocks its demand and returns
-        False (`GlobalMaster._try_place`)."""
+        allow_preempt)` (the last two by name) launches the task and returns True, or blocks
+        its demand and returns False (`GlobalMaster._try_place`)."""
         backlog = self.backlog
         if not backlog:
             return
@@ -58,9 +59,16 @@ class SchedulingPass:
         work_conserving = config.work_conserving
         if not backlog.ready(work_conserving):
             return  # nothing new waits, and nothing blocked could fit now
-        bounded = backlog.place(self.jobs, lambda task: try_place(task, step, True),
-                                (lambda task: try_place(task, step, False))
-                                if work_conserving else None, config.pass_tasks)
+        # the pass changes the view only by reserving: its searches may keep their
+        # candidates from task to task (`FederationView.find`)
+        view.start_pass()
+        try:
+            bounded = backlog.place(
+                self.jobs, partial(try_place, step=step, allow_preempt=True),
+                partial(try_place, step=step, allow_preempt=False) if work_conserving
+                else None, config.pass_tasks)
+        finally:
+            view.end_pass()
         if bounded and not self.continuing:
             self.continuing = True
             step.emit(ContinuePass())

@@ -32,6 +32,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from heapq import heapify, heappop, heapreplace
+from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
 from sortedcontainers import SortedList
@@ -56,6 +57,9 @@ class WaitingIndex:
         self.field = field
         self.blocked = blocked
         self.key_of = key_of
+        # a SortedList, not a plain list kept with `insort`: a saturated simulation has no
+        # backlog bound, and at 100,000 waiting jobs of one demand a plain list's add and
+        # remove cost 32 us against 7 us (1.7 against 1.5 us at 5,000)
         self.jobs_by_demand: dict[Demand, SortedList] = {}
         self.ready: set[Demand] = set()  # demands with waiting tasks here, not blocked
 
@@ -269,8 +273,8 @@ class Backlog:
         self.reordering = policy if isinstance(policy, Reordering) else None
 
     def __bool__(self) -> bool:
-        return bool(self.held.jobs_by_demand) or any(
-            index.jobs_by_demand for index in self.levels)
+        # asked after every event a GM handles: `map` runs in C, a generator would not
+        return bool(self.held.jobs_by_demand) or any(map(_jobs_by_demand, self.levels))
 
     def ready(self, work_conserving: bool) -> bool:
         """Whether a pass may place something."""
@@ -288,7 +292,7 @@ class Backlog:
 
     def add(self, task: TaskRecord) -> None:
         """A new task of a job (held or pending, as the job policy chose)."""
-        self._index_of(task).push(task)
+        (self.held if task.state is TaskState.HELD else self.levels[task.job.level]).push(task)
 
     def requeue(self, task: TaskRecord, refused: bool = False) -> None:
         """A task back from an attempt: first of its job's pending tasks; last of them if an LM
@@ -483,6 +487,9 @@ class Backlog:
         if counted != self.shares.running:
             raise InvariantViolated(f"{gm}: counts {self.shares.running} tasks running per "
                                     f"queue, has {counted}")
+
+
+_jobs_by_demand = attrgetter("jobs_by_demand")
 
 
 def _run(stream: Iterator[None], bound: int | None) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bitarray import bitarray
 
@@ -35,6 +36,9 @@ from common.policies.fairness import FairnessPolicy, Usage, choose_victims
 from common.policies.placement import PlacementPolicy
 from common.usage import OwnUsage, PendingPreemption, UsageEstimate
 from common.view import FederationView, LMSlot
+
+if TYPE_CHECKING:
+    from common.gm_records import TaskRecord
 
 
 @dataclass(slots=True)
@@ -70,8 +74,8 @@ class Placer:
     # -- the steps -------------------------------------------------------------------------------
 
     def place(self, spec: TaskSpec, user: str, allow_preempt: bool) -> Match | None:
-        return (self.internal(spec) or self.external(spec) or self.queue(spec)
-                or (self.preempt(spec, user) if allow_preempt else None))
+        return (self._search(spec, True, True) or self._search(spec, False, True)
+                or self.queue(spec) or (self.preempt(spec, user) if allow_preempt else None))
 
     def internal(self, spec: TaskSpec, advance: bool = True) -> Match | None:
         return self._search(spec, True, advance)
@@ -212,12 +216,13 @@ class Placer:
             for victim in pending.victims:
                 self._victim_nodes.pop((pending.lm, victim.user), None)
 
-    def moved(self, task_id: str, attempt: str | None, user: str, cpu_m: int, mem_mib: int,
-              active: bool) -> None:
+    def moved(self, task: TaskRecord, active: bool) -> None:
         """A task of this GM started (or stopped) being placing, launched or running: with an
         own book, its queue's usage changes now, not at the next heartbeat."""
         if self.estimate.own is not None:
-            self.estimate.own.moved(task_id, attempt, user, cpu_m, mem_mib, active)
+            spec = task.spec
+            self.estimate.own.moved(spec.task_id, task.live, task.job.spec.user,
+                                    spec.demand.cpu_m, spec.demand.mem_mib, active)
 
     def usage(self) -> Usage:
         """Each queue's (cpu, memory) fractions of the federation as this GM sees them: the

@@ -36,6 +36,9 @@ class TransitionLog:
         # Plain tuples, turned into `Transition`s only when a story is asked for: recording
         # sits on the placement hot path.
         self._entries: deque[tuple] = deque(maxlen=maxlen)
+        # `record` of one transition given as that tuple, (ts, stimulus_id, entity, old, new,
+        # detail), without a call frame of its own: the GM records a transition per move.
+        self.add = self._entries.append
 
     def record(
         self, ts: float, stimulus_id: str, entity: str, old: str, new: str, detail: str = ""

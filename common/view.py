@@ -85,12 +85,45 @@ class LMSlot:
         self.listing = listing
 
 
+_UNPLANNED = object()  # `find`: no candidates kept yet for the search
+
+
+class _LaidOut:
+    """A laid-out field of `FederationView`, read (and, `settable`, written) through its public
+    name: a stale view is laid out first (the module's docstring), the one rule every such
+    read follows. The hot methods (`find`, `reserve`, ...) check `_stale` once themselves and
+    read the private fields."""
+
+    def __init__(self, field: str, doc: str, settable: bool = False) -> None:
+        self.field = field
+        self.name = field.lstrip("_")
+        self.settable = settable
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, view: FederationView | None, owner: type | None = None):
+        if view is None:
+            return self
+        if view._stale:
+            view._relayout()
+        return getattr(view, self.field)
+
+    def __set__(self, view: FederationView, value) -> None:
+        if not self.settable:
+            raise AttributeError(f"{type(view).__name__}.{self.name} is read-only")
+        if view._stale:
+            view._relayout()
+        setattr(view, self.field, value)
+
+
 class FederationView:
     def __init__(self, gm: str) -> None:
         self.gm = gm
         self.slots: dict[str, LMSlot] = {}
-        # Laid out by `_relayout` (see the module's docstring): read through the properties
-        # below, which lay the view out first when a new LM has made it stale.
+        # Laid out by `_relayout` (see the module's docstring): read through the `_LaidOut`
+        # names below, which lay the view out first when a new LM has made it stale.
         self._stale = False  # a slot was added since the last layout
         self._order: list[LMSlot] = []  # by offset
         self.layouts = 0  # how many times the set of topologies changed (a new or restarted LM)
@@ -115,85 +148,34 @@ class FederationView:
         self._room_gained = False  # some queue gained room since the backlog last looked
         self.queue_claims: dict[str, tuple[str, list[int]]] = {}
         self._capacity = (1, 1)  # total cpu and memory of the federation
+        # During a scheduling pass (`start_pass` .. `end_pass`): each search's candidates,
+        # kept from one task to the next (see `find`); None outside a pass.
+        self._planned: dict[tuple, bitarray | None] | None = None
 
     def __len__(self) -> int:
         return len(self.slots)  # `order` holds every slot once laid out
 
     # -- the layout, read through these (each lays a stale view out first) ------------------
 
-    @property
-    def order(self) -> list[LMSlot]:
-        """The slots by offset (sorted by LM name)."""
-        if self._stale:
-            self._relayout()
-        return self._order
-
-    @property
-    def topology(self) -> ClusterTopology | None:
-        """Every LM's topology merged in `order` (None before any snapshot)."""
-        if self._stale:
-            self._relayout()
-        return self._topology
-
-    @property
-    def state(self) -> ClusterState | None:
-        """Every LM's last snapshot in `order`, less this GM's reservations in flight."""
-        if self._stale:
-            self._relayout()
-        return self._state
-
-    @property
-    def g(self) -> int:
-        if self._stale:
-            self._relayout()
-        return self._g
-
-    @property
-    def capacity(self) -> tuple[int, int]:
-        if self._stale:
-            self._relayout()
-        return self._capacity
-
-    @property
-    def reachable(self) -> bitarray:
-        if self._stale:
-            self._relayout()
-        return self._reachable
-
-    @property
-    def all_reachable(self) -> bool:
-        if self._stale:
-            self._relayout()
-        return self._all_reachable
-
-    @property
-    def gained(self) -> bitarray:
-        if self._stale:
-            self._relayout()
-        return self._gained
-
-    @property
-    def room(self) -> bitarray:
-        if self._stale:
-            self._relayout()
-        return self._room
-
-    @property
-    def room_gained(self) -> bool:
-        if self._stale:
-            self._relayout()
-        return self._room_gained
-
-    @room_gained.setter
-    def room_gained(self, value: bool) -> None:
-        if self._stale:
-            self._relayout()
-        self._room_gained = value
+    order = _LaidOut("_order", "The slots by offset (sorted by LM name).")
+    topology = _LaidOut("_topology", "Every LM's topology merged in `order` (None before any "
+                        "snapshot).")
+    state = _LaidOut("_state", "Every LM's last snapshot in `order`, less this GM's "
+                     "reservations in flight.")
+    g = _LaidOut("_g", "This GM's partition index in the merged topology (-1: none).")
+    capacity = _LaidOut("_capacity", "Total cpu and memory of the federation.")
+    reachable = _LaidOut("_reachable", "The nodes of the LMs heard from lately.")
+    all_reachable = _LaidOut("_all_reachable", "Whether every LM was heard from lately.")
+    gained = _LaidOut("_gained", "The nodes that may have gained room since `take_gained`.")
+    room = _LaidOut("_room", "The nodes whose local queue has room, less this GM's claims.")
+    room_gained = _LaidOut("_room_gained", "Whether some queue gained room since the backlog "
+                           "last looked (the backlog turns it off).", settable=True)
 
     # -- snapshots in ---------------------------------------------------------------
 
     def apply(self, snapshot: LMSnapshot, now: float) -> bool:
         """Take a snapshot if it is newer than the LM's last one; True if taken."""
+        self._unplan()
         slot = self.slots.get(snapshot.lm)
         if slot is not None:
             if self._stale:  # only new LMs may wait for the layout (module docstring)
@@ -201,7 +183,8 @@ class FederationView:
             slot.last_heard = max(slot.last_heard, now)
             if not slot.reachable:
                 self._set_reachable(slot, True)
-            if snapshot.version <= slot.version:
+            known = slot.snapshot  # its (epoch, seq) `version`s, compared without building them
+            if (snapshot.epoch, snapshot.seq) <= (known.epoch, known.seq):
                 return False
         if slot is None or snapshot.topology is not slot.topology:
             if slot is not None:  # a restarted LM with other nodes
@@ -219,7 +202,10 @@ class FederationView:
             slot.set_running(snapshot)
             self.running_changes += 1
         self._load_changes(slot, previous)
-        self._load_room(slot)
+        if snapshot.queue_room is not None or previous.queue_room is not None:
+            # (an LM without local queues: its nodes' room was cleared when its last snapshot
+            # was loaded, and only a snapshot showing room sets any again)
+            self._load_room(slot)
         return True
 
     def _renumber_claims(self, lm: str, old: ClusterTopology, new: ClusterTopology) -> None:
@@ -252,7 +238,7 @@ class FederationView:
         room, start = slot.snapshot.queue_room, slot.offset
         end = start + len(slot.topology)
         if room is None:
-            if self._room[start:end].any():
+            if self._room.find(1, start, end) >= 0:  # (no slice: this runs per snapshot)
                 self._room[start:end] = 0
             return
         if (room & ~self._room[start:end]).any():
@@ -299,6 +285,7 @@ class FederationView:
         several new slots equals the last of one layout per slot (`room_gained` only ever
         turns on, and the slots it is computed from only grew)."""
         self._stale = False
+        self._unplan()
         self.merges += 1
         self._order = [self.slots[lm] for lm in sorted(self.slots)]
         offset = 0
@@ -329,6 +316,7 @@ class FederationView:
         if cpu_m < self.min_cpu or mem_mib < self.min_mem:
             if self._stale:  # the state in place takes the thresholds as it always did
                 self._relayout()
+            self._unplan()
             self.min_cpu = min(self.min_cpu, cpu_m)
             self.min_mem = min(self.min_mem, mem_mib)
             if self._state is not None:
@@ -353,6 +341,7 @@ class FederationView:
         return bool(self._order) and (self._all_reachable or self._reachable.any())
 
     def _set_reachable(self, slot: LMSlot, reachable: bool) -> None:
+        self._unplan()
         slot.reachable = reachable
         self._reachable[slot.offset:slot.offset + len(slot.topology)] = reachable
         if reachable:
@@ -398,23 +387,68 @@ class FederationView:
         Internal: this GM's partitions; external: every other GM's. A scan with an order
         (first fit) starts at the first node of `order[start_slot]` and wraps around.
         `nodes`: the task's placement set (None: anywhere); only its nodes are candidates.
+
+        Within a pass (`start_pass`) the candidates of a search (eligible, available,
+        reachable) are kept for the next task of the same demand and placement set, and a
+        search that found nothing answers the next at once: in a pass the view only loses
+        room (`reserve`; anything that may give room ends the memo, `_unplan`), so a node
+        that dropped out of the candidates since fits no such task, and the policy, which
+        picks among the fitting candidates, picks as it would from fresh ones. A 300-task
+        job of one shape searched its partitions 300 times, most of them failing
+        (benchmarks/bench_core.py, the wide case).
         """
         if self._stale:
             self._relayout()
         if self._g < 0:
             return -1, -1
-        masks = self._masks[internal]
-        eligible = masks.get(constraints if nodes is None else (constraints, nodes))
-        if eligible is None:
-            eligible = self.eligible(constraints, internal, nodes)
-        if not self._all_reachable:
-            eligible = eligible & self._reachable
+        planned = self._planned
+        if planned is None:
+            candidates = self._candidates(constraints, internal, nodes)
+        else:
+            key = (internal, constraints, nodes, cpu_m, mem_mib)
+            candidates = planned.get(key, _UNPLANNED)
+            if candidates is None:
+                return -1, -1  # found nothing earlier in this pass: nor will it now
+            if candidates is _UNPLANNED:
+                candidates = planned[key] = self._candidates(constraints, internal, nodes)
         start = self._offsets[start_slot % len(self._order)]
-        gi = self._state.find(eligible, cpu_m, mem_mib, placement, start)
+        # what `ClusterState.find` does, on the candidates kept
+        gi = placement.choose(self._state, candidates, cpu_m, mem_mib, start)
         if gi < 0:
+            if planned is not None:
+                planned[key] = None
             return -1, -1
         k = bisect_right(self._offsets, gi) - 1
         return k, gi - self._offsets[k]
+
+    def _candidates(self, constraints: frozenset[int], internal: bool,
+                    nodes: frozenset[str] | None) -> bitarray:
+        """The nodes a search may pick from now: eligible, available and reachable (a new
+        vector, the caller's to change)."""
+        eligible = self._masks[internal].get(constraints if nodes is None
+                                             else (constraints, nodes))
+        if eligible is None:
+            eligible = self.eligible(constraints, internal, nodes)
+        candidates = self._state.available & eligible  # mutable, as `available` is
+        if not self._all_reachable:
+            candidates &= self._reachable
+        return candidates
+
+    # -- a scheduling pass ---------------------------------------------------------------------
+
+    def start_pass(self) -> None:
+        """A scheduling pass begins: until `end_pass` the view only loses room (reservations
+        and queue claims), and searches keep their candidates (`find`)."""
+        self._planned = {}
+
+    def end_pass(self) -> None:
+        self._planned = None
+
+    def _unplan(self) -> None:
+        """Something may give room: the candidates kept in a pass no longer hold (in a pass
+        nothing does; this keeps a mistake from turning into a wrong placement)."""
+        if self._planned:
+            self._planned.clear()
 
     def find_queue(self, constraints: frozenset[int], cpu_m: int, mem_mib: int,
                    start_slot: int, nodes: frozenset[str] | None = None) -> tuple[int, int]:
@@ -454,7 +488,15 @@ class FederationView:
         """Count a planned launch until its request is answered (or given up)."""
         if self._stale:
             self._relayout()
-        self._state.take(slot.offset + i, cpu_m, mem_mib)
+        gi = slot.offset + i
+        self._state.take(gi, cpu_m, mem_mib)
+        planned = self._planned
+        if planned and not self._state.available[gi]:
+            # left with too little for any task seen: out of the kept candidates, as it is
+            # out of fresh ones (`find`'s scans need not step over it)
+            for candidates in planned.values():
+                if candidates is not None:
+                    candidates[gi] = 0
         entry = self.inflight.get(request_id)
         if entry is None:
             entry = self.inflight[request_id] = (slot.lm, [])
@@ -463,6 +505,7 @@ class FederationView:
     def release(self, request_id: str) -> None:
         if self._stale:
             self._relayout()
+        self._unplan()
         claims = self.queue_claims.pop(request_id, None)
         if claims is not None:
             slot = self.slots.get(claims[0])

@@ -22,9 +22,7 @@ from pathlib import Path
 
 from common.errors import InvalidInput
 from common.federation import Federation, load_federation
-from loadgen.alibaba import AlibabaUnits, read_alibaba
 from loadgen.distributions import parse_distribution
-from loadgen.jobfile import read_jobs
 from loadgen.paper_workloads import PAPER_WORKLOADS, apply_like, help_text, label
 from loadgen.progress import Progress, quiet
 from loadgen.synthesis import (
@@ -238,6 +236,8 @@ def _shapes(args: argparse.Namespace, federation: Federation) -> tuple[list[JobS
                      f"recurring, {families.drift_share:g} of families drifting)")
         return shapes, name
     if args.alibaba is not None:
+        from loadgen.alibaba import AlibabaUnits, read_alibaba  # only for Alibaba traces
+
         if args.cpu_m is not None or args.mem_mib is not None:
             raise InvalidInput("--cpu-m", "Alibaba tasks carry their own requests; scale them "
                                           "with --alibaba-cpu-divisor / --alibaba-mem-divisor")
@@ -309,6 +309,10 @@ def build_workload(args: argparse.Namespace, federation: Federation, config: Pat
             raise InvalidInput("--" + given[0].replace("_", "-"),
                                f"{args.trace} is a job file, replayed as written; synthesis "
                                f"options do not apply to it")
+        # imported here: the job file's models pull in common.wire's (pydantic), some MB of
+        # a simulation's peak memory that a .tr trace never uses
+        from loadgen.jobfile import read_jobs
+
         jobs, skipped, errors = read_jobs(args.trace, skip_bad=args.skip_bad_lines)
         _report_skipped(skipped, errors, str(args.trace))
         if not jobs:

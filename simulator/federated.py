@@ -62,12 +62,12 @@ from simulator.timemodel import CalibratedNetwork, TimeModel
 # Entries of each simulated core's story (common/story.py): the services keep 100,000 per GM
 # and LM and 10,000 per worker for GET /v1/debug/story. Nobody asks a simulated core for its
 # story; what is left of it is the history an impossible transition's error carries. The
-# last 1,000 transitions of a core are its last few steps (a GM records 5 to 7 per task),
-# which covers a move that goes wrong soon after the one before it; a run repeats with its
-# seed, so a longer story is one rerun away (`--story-entries`). At the services' lengths,
+# last 200 transitions of a core are its last steps (a GM records 5 to 7 per task), which
+# covers a move that goes wrong soon after the one before it; a run repeats with its seed,
+# so a longer story is one rerun away (`--story-entries`). At the services' lengths,
 # YH1_sub on 10,000 nodes kept over a million entries and the stimulus ids they hold: 150 MB
-# of its 555 MB peak RSS (issue 38).
-DEFAULT_STORY_ENTRIES = 1_000
+# of its 555 MB peak RSS (issue 38); at 1,000 entries, 129,000 entries and 20 MB of 162.
+DEFAULT_STORY_ENTRIES = 200
 
 
 class InvariantBroken(AssertionError):
@@ -110,7 +110,9 @@ class FederatedSimulation:
         kind, scale = parse_processing(processing)
         check_story_entries(story_entries)
         self.federation = federation
-        self.jobs = sorted(jobs, key=lambda job: job.arrival)
+        # the specs until `run` hands them to the agenda; their ids for the end's checks
+        self._arriving = sorted(jobs, key=lambda job: job.arrival)
+        self.job_ids = tuple(job.job_id for job in self._arriving)
         self.log = log
         self.engine = Engine()
         if time_model is not None and delay is not None:
@@ -134,9 +136,12 @@ class FederatedSimulation:
         # No failures are modelled, so no LM is ever left out for silence, and an LM repeats a
         # heartbeat only when its state changed (an unchanged one would change nothing but
         # the GM's last-heard time): most of a long run's heartbeats cost nothing.
+        # No client asks a simulated GM about a job once it has ended (the run learns of its
+        # end from JobEnded), so a GM forgets its records then, not 100,000 jobs later.
         self.gms = {gm: _Actor(gm, GlobalMaster(replace(federation.gm_config(gm),
                                                         lm_timeout=math.inf),
-                                                topologies=topologies, story_len=story_entries))
+                                                topologies=topologies, story_len=story_entries,
+                                                ended_jobs_kept=0))
                     for gm in federation.gms}
         self.last_heartbeat: dict[str, object] = {}
         lm_options = federation.lm_options()
@@ -150,7 +155,7 @@ class FederatedSimulation:
             for worker in federation.workers()}
         self.worker_lm = federation.workers()
         self.queue_gm = {queue.name: queue.gm for queue in federation.queues}
-        self.outcome = RunOutcome(jobs=len(self.jobs))
+        self.outcome = RunOutcome(jobs=len(self.job_ids))
         self._running: dict[str, tuple[_Actor, float]] = {}  # attempt -> worker, duration
         self.ids = StimulusIds()
         # command type -> what this driver does with it: its own effects, and the deliveries
@@ -182,9 +187,15 @@ class FederatedSimulation:
         interval = self.federation.timing.heartbeat_interval
         for actor in (*self.lms.values(), *self.gms.values()):
             self.engine.at(self.rng.uniform(0, interval), self._tick, actor)
-        for job in self.jobs:
+        # The agenda holds a job's spec until it is submitted and its GM until it ends
+        # (a simulated GM forgets an ended job): kept nowhere else, the specs of a job and
+        # its 1,000s of tasks go when it ends, their memory reused by the run's later ones
+        # (unless the caller keeps its own list, as `simulator/command.py` does not).
+        arriving, self._arriving = self._arriving, []
+        for job in arriving:
             self.engine.at(job.arrival, self._submit, job)
-        total = len(self.jobs)
+        del arriving
+        total = len(self.job_ids)
         report = None
         if self.progress is not None:
             def report(now: float) -> None:
@@ -198,7 +209,7 @@ class FederatedSimulation:
         return self.outcome
 
     def _all_ended(self) -> bool:
-        return len(self.outcome.ended) + len(self.outcome.rejected) >= len(self.jobs)
+        return len(self.outcome.ended) + len(self.outcome.rejected) >= self.outcome.jobs
 
     def _submit(self, job: JobSpec) -> None:
         if self.network is not None:  # the way from the client's POST to the GM's core
@@ -437,7 +448,7 @@ class FederatedSimulation:
         the heartbeats after the last event have arrived."""
         for actor in (*self.gms.values(), *self.lms.values(), *self.workers.values()):
             actor.core.validate()
-        accepted = {job.job_id for job in self.jobs} - set(self.outcome.rejected)
+        accepted = set(self.job_ids) - set(self.outcome.rejected)
         dropped = accepted - set(self.outcome.ended)
         if dropped:
             raise InvariantBroken(f"{len(dropped)} accepted job(s) never ended, e.g. "
