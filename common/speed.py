@@ -27,7 +27,12 @@ from __future__ import annotations
 
 import math
 import random
+from array import array
+from bisect import bisect_right
 from dataclasses import dataclass
+from functools import reduce
+from itertools import accumulate
+from operator import mul, sub
 from typing import TYPE_CHECKING
 
 from common.errors import InvalidInput
@@ -126,6 +131,9 @@ class SpeedModel:
         return ap / (ap + self.up_length[0] * self.up_length[1])
 
 
+DRAWN_AT_ONCE = 16  # a node's periods drawn in one go (`NodeSpeed._draw`), even
+
+
 class NodeSpeed:
     """One node's rate over continuous time (seconds in the federated cluster), drawn period
     by period as time goes on, from its own seeded stream: `time_to_do(start, work)` is how
@@ -133,57 +141,86 @@ class NodeSpeed:
     work the node has done from its origin (the first time it was asked about) to `t`, so the
     work a run did between two instants is a difference of two readings (a worker's
     checkpoint: exact, never extrapolated). Times must not go back before the latest start (a
-    node's clock only moves forward); periods before it are dropped."""
+    node's clock only moves forward); periods before it are dropped.
+
+    Periods are five parallel arrays: a period's start, end, rate, the work done from the
+    origin to its start (`_done`, a running total) and the work it holds (`_works`). A long
+    task on a node with short periods spans hundreds of them: `time_to_do` finds its last one
+    by binary search on `_done` instead of walking there."""
 
     __slots__ = ("model", "rng", "available", "norm", "_ends", "_rates", "_starts", "_done",
-                 "_first", "_origin")
+                 "_works", "_first", "_origin")
 
     def __init__(self, model: SpeedModel, seed: str) -> None:
         self.model = model
         self.rng = random.Random(seed)  # a str seed hashes the same in every process
         self.norm = model.mean_raw_rate() if model.kind == "two-state" else 1.0
         self.available = self.rng.random() < model._ap_share()
-        self._ends: list[float] = []
-        self._rates: list[float] = []
-        self._starts: list[float] = []
-        self._done: list[float] = []  # the work done from time 0 to each period's start
+        # arrays of doubles, 8 bytes a period each where a list holds 32 (pointer and float
+        # object): a simulation keeps every node's periods over its span, millions of them
+        self._ends = array("d")
+        self._rates = array("d")
+        self._starts = array("d")
+        self._done = array("d")  # the work done from the origin to each period's start
+        # the work each period holds, rate * (end - start): what a run that crosses the whole
+        # period subtracts from the work it has left, the same product `_walk` computes
+        self._works = array("d")
         self._first = 0  # periods before this index ended before the latest start
         # where its first period begins: the first time it is asked about. A service's clock
         # is the wall clock (1.7e9 s), and periods drawn from 0 would never reach it
         self._origin: float | None = None
 
     def _draw(self) -> None:
+        """The next periods: `DRAWN_AT_ONCE` of them (the one endless period of a constant
+        model). A simulation draws every node's periods over its whole span, millions, so
+        only the random draws go one by one; the running sums are C-level `accumulate`s,
+        the same additions in the same order as one period at a time. Drawing ahead changes
+        nothing: the node's stream is its own and gives the same periods in the same order
+        whenever they are drawn."""
         model, rng = self.model, self.rng
-        start = self._ends[-1] if self._ends else self._origin
-        if model.kind == "constant":
-            length, rate = math.inf, 1.0
-        elif model.kind == "gamma":
-            length, rate = float(model.interval), rng.gammavariate(model.shape, 1 / model.shape)
+        if self._ends:
+            start, total = self._ends[-1], self._done[-1] + self._works[-1]
         else:
-            shape, scale = model.ap_length if self.available else model.up_length
-            low, high = model.ap_rate if self.available else model.up_rate
-            length = max(1e-3, rng.gammavariate(shape, scale))
-            rate = rng.uniform(low, high) / self.norm
-            self.available = not self.available
-        done = (self._done[-1] + self._rates[-1] * (start - self._starts[-1])
-                if self._done else 0.0)
-        self._starts.append(start)
-        self._done.append(done)
-        self._ends.append(start + length)
-        self._rates.append(rate)
+            start, total = self._origin, 0.0
+        if model.kind == "constant":
+            lengths, rates = [math.inf], [1.0]
+        elif model.kind == "gamma":
+            gamma, shape, scale = rng.gammavariate, model.shape, 1 / model.shape
+            lengths = [float(model.interval)] * DRAWN_AT_ONCE
+            rates = [gamma(shape, scale) for _ in range(DRAWN_AT_ONCE)]
+        else:
+            lengths, rates = [], []
+            gamma, uniform, norm = rng.gammavariate, rng.uniform, self.norm
+            # pairs of periods, the node's state first, then the other: an even count ends
+            # the batch in the state it began, the next batch's first
+            now, then = ((model.ap_length, model.ap_rate), (model.up_length, model.up_rate))
+            if not self.available:
+                now, then = then, now
+            ((shape1, scale1), (low1, high1)), ((shape2, scale2), (low2, high2)) = now, then
+            for _ in range(DRAWN_AT_ONCE // 2):
+                lengths.append(max(1e-3, gamma(shape1, scale1)))
+                rates.append(uniform(low1, high1) / norm)
+                lengths.append(max(1e-3, gamma(shape2, scale2)))
+                rates.append(uniform(low2, high2) / norm)
+        ends = list(accumulate(lengths, initial=start))
+        works = list(map(mul, rates, map(sub, ends[1:], ends)))
+        self._starts.extend(ends[:-1])
+        self._ends.extend(ends[1:])
+        self._rates.extend(rates)
+        self._works.extend(works)
+        self._done.extend(accumulate(works[:-1], initial=total))
 
     def _period_of(self, t: float) -> int:
         """The index of the period `t` falls in, drawing periods as needed."""
         ends = self._ends
         if self._origin is None:
             self._origin = t
-        i = self._first
-        while True:
-            if i == len(ends):
-                self._draw()
-            if ends[i] > t:
-                return i
-            i += 1
+        # the first period from `_first` on that ends after `t` (ends only grow)
+        i = bisect_right(ends, t, self._first)
+        while i == len(ends):
+            self._draw()
+            i = bisect_right(ends, t, i)
+        return i
 
     def work_until(self, t: float) -> float:
         """The work done from its origin to `t` (`t` not before the latest start)."""
@@ -193,13 +230,50 @@ class NodeSpeed:
         return self._done[i] + self._rates[i] * (t - self._starts[i])
 
     def time_to_do(self, start: float, work: float) -> float:
-        ends, rates = self._ends, self._rates
         i = self._period_of(start)
         if i > 1000:  # forget the periods before this start now and then
-            del ends[:i], rates[:i], self._starts[:i], self._done[:i]
+            del self._ends[:i], self._rates[:i], self._starts[:i], self._done[:i]
+            del self._works[:i]
             i = 0
         self._first = i
-        t, left = start, work
+        rate, end = self._rates[i], self._ends[i]
+        if rate > 0 and work <= rate * (end - start):
+            return start + work / rate - start
+        left = work - rate * (end - start)  # what is left after the start's own period
+        if left > 0:
+            i, left = self._skip(i, start, work, left)
+        return self._walk(i + 1, left, start)
+
+    def _skip(self, i: int, start: float, work: float, left: float) -> tuple[int, float]:
+        """Jump over the periods a run started at `start` in period `i`, with `left` of its
+        `work` left at that period's end, crosses whole: (the last period jumped, what is
+        left after it), as `_walk` would have reached them, to the bit.
+
+        The running totals find the period where the work would be done (binary search).
+        They round differently from a walk's subtractions, so they only choose where to land,
+        a little short of that period; what is left there is then the walk's own sequence of
+        subtractions, done by `reduce` over the periods' works. That walk would have stopped
+        before landing only if its `left` had reached 0 on the way (crossing period m leaves
+        `left - works[m]`, which is <= 0 exactly when `left <= works[m]`, its test), and
+        `left` never grows: a positive `left` at the landing proves it ran on."""
+        done, works = self._done, self._works
+        target = done[i] + self._rates[i] * (start - self._starts[i]) + work
+        while done[-1] + works[-1] < target:  # the periods the work reaches, drawn
+            self._draw()
+        # land short of the period the totals name by far more than their rounding error
+        land = bisect_right(done, target - 1e-9 * abs(target), i + 1) - 1
+        if land <= i + 1:
+            return i, left
+        landed = reduce(sub, works[i + 1:land], left)
+        if landed <= 0:  # the totals' rounding misled it: no jump (never seen)
+            return i, left
+        return land - 1, landed
+
+    def _walk(self, i: int, left: float, start: float) -> float:
+        """From the start of period `i` with `left` work to do: the time from `start` to when
+        it is done, period by period."""
+        ends, rates = self._ends, self._rates
+        t = ends[i - 1]
         while True:
             if i == len(ends):
                 self._draw()

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import add, itemgetter
 from typing import Protocol
 
 from sortedcontainers import SortedList
@@ -90,7 +91,7 @@ class Candidates:
         return iter(self._entries)
 
     def least_work_first(self) -> Iterator[str]:
-        return (entry[2] for entry in self._by_key)
+        return map(itemgetter(2), self._by_key)  # in C: a decision may read them all
 
     def latest_first(self) -> Iterator[str]:
         return reversed(self._entries)
@@ -182,30 +183,42 @@ def reprioritizes(queue_depth: int, policy: str) -> bool:
 
 def wanted_copies(policy: CopyPolicy, candidates: Candidates, idle: int,
                   max_copies: int = 0) -> dict[str, int]:
-    """Extra copies per candidate (only those that get some), in the policy's order."""
+    """Extra copies per candidate (only those that get some), in the policy's order.
+
+    Two passes over the chosen tasks in order, each handing out idle nodes while they last:
+    the shares (the favoured task its share less its own machine, every other `each - 1`,
+    all within the cap `max_copies - 1`), then, if the cap left nodes over, top-ups to the
+    cap. Each pass gives the tasks after the first the same amount until the nodes run out,
+    so the plan is runs of equal amounts, built as lists: with most of an LM's tasks getting
+    copies on a lightly loaded cluster, a step per task in Python was the cost of a decision."""
     k = policy.chosen(len(candidates))
-    if not k or idle <= 0:
+    limit = max_copies - 1 if max_copies else idle
+    if not k or idle <= 0 or limit <= 0:
         return {}
     each, favoured = shares(k, k + idle)
-    limit = max_copies - 1 if max_copies else idle
-    plan: dict[str, int] = {}
-    left = idle
-    order = policy.order(candidates)
-    for i, original in enumerate(order):
-        if i >= k or left <= 0:
-            break
-        extra = min(limit, (favoured if i == 0 else each) - 1, left)
-        if extra <= 0:
-            break  # one machine each from here on: nobody after gets a copy
-        plan[original] = extra
-        left -= extra
+    first, others, left = _hand_out(min(limit, favoured - 1), min(limit, each - 1), k - 1, idle)
     if max_copies and left > 0:
-        # the cap left idle nodes over: the next chosen tasks, in order, up to the cap each
-        for i, original in enumerate(policy.order(candidates)):
-            if i >= k or left <= 0:
-                break
-            extra = min(limit - plan.get(original, 0), left)
-            if extra > 0:
-                plan[original] = plan.get(original, 0) + extra
-                left -= extra
-    return plan
+        # nodes left means every other task got the same (`others` full or empty): top them up
+        have = others[0] if others else 0
+        more_first, more, left = _hand_out(limit - first, limit - have, k - 1, left)
+        first += more_first
+        others = list(map(add, others, more)) + others[len(more):] if others else more
+    # the order goes on past the tasks that get copies: zip stops at the plan's end
+    return dict(zip(policy.order(candidates), [first, *others], strict=False))
+
+
+def _hand_out(first_cap: int, cap: int, others: int, left: int) -> tuple[int, list[int], int]:
+    """`left` nodes handed out in order, up to `first_cap` to the first task and `cap` to
+    each of the `others` after it: (the first's, the others' in order (those that got some),
+    the nodes left)."""
+    first = max(0, min(first_cap, left))
+    left -= first
+    if cap <= 0 or left <= 0:
+        return first, [], left
+    full = min(others, left // cap)
+    got = [cap] * full
+    left -= full * cap
+    if full < others and left > 0:
+        got.append(left)  # the last one gets what remains
+        left = 0
+    return first, got, left

@@ -108,3 +108,43 @@ def test_the_spread_is_the_papers_allocation_of_machines(jobs: int, spare: int) 
     each, favoured = shares(jobs, jobs + spare)
     assert favoured + (jobs - 1) * each == jobs + spare and favoured >= each
     assert each == math.floor((jobs + spare) / jobs)
+
+
+def one_task_at_a_time(policy, index: Candidates, idle: int, max_copies: int) -> dict[str, int]:
+    """`wanted_copies` as it was written first, a step per task: the reference the run-length
+    version must match, amounts and order (an LM launches in the plan's order)."""
+    k = policy.chosen(len(index))
+    if not k or idle <= 0:
+        return {}
+    each, favoured = shares(k, k + idle)
+    limit = max_copies - 1 if max_copies else idle
+    wanted: dict[str, int] = {}
+    left = idle
+    for i, original in enumerate(policy.order(index)):
+        if i >= k or left <= 0:
+            break
+        extra = min(limit, (favoured if i == 0 else each) - 1, left)
+        if extra <= 0:
+            break
+        wanted[original] = extra
+        left -= extra
+    if max_copies and left > 0:
+        for i, original in enumerate(policy.order(index)):
+            if i >= k or left <= 0:
+                break
+            extra = min(limit - wanted.get(original, 0), left)
+            if extra > 0:
+                wanted[original] = wanted.get(original, 0) + extra
+                left -= extra
+    return wanted
+
+
+@given(st.sampled_from(["srpt+r", "fair+r", "laps+r", "none"]),
+       st.lists(st.sampled_from([1.0, 2.0, 3.5, 1e6]), max_size=60), st.integers(-1, 300),
+       st.sampled_from([0, 1, 2, 3, 4, 7, 1000]), st.sampled_from([0.1, 0.5, 1.0]))
+def test_the_plan_is_the_one_a_step_per_task_gives(name, priorities, idle, max_copies,
+                                                   beta) -> None:
+    policy, index = COPY_POLICIES.make(name, CopyOptions(beta)), candidates(*priorities)
+    wanted = wanted_copies(policy, index, idle, max_copies)
+    assert list(wanted.items()) == list(one_task_at_a_time(policy, index, idle,
+                                                           max_copies).items())

@@ -9,9 +9,12 @@ import math
 import random
 import subprocess
 import sys
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from one_gm_federation import one_gm_file
 
 from common.errors import InvalidInput
@@ -32,7 +35,7 @@ def test_work_is_integrated_over_the_node_s_rate_periods() -> None:
     node = NodeSpeed(SpeedModel(), "hand")
     # periods [0, 10) at 1, [10, 15) stopped, [15, 30) at 2, then drawn as needed
     node._starts, node._ends, node._rates = [0.0, 10.0, 15.0], [10.0, 15.0, 30.0], [1.0, 0.0, 2.0]
-    node._done = [0.0, 10.0, 10.0]
+    node._done, node._works = [0.0, 10.0, 10.0], [10.0, 0.0, 30.0]
     assert [node.work_until(t) for t in (4.0, 12.0, 16.0)] == [4.0, 10.0, 12.0]
     assert node.time_to_do(0.0, 4.0) == 4.0
     assert node.time_to_do(8.0, 4.0) == pytest.approx(2 + 5 + 1)  # 2 done, stopped 5, 2 at x2
@@ -62,6 +65,73 @@ def test_the_work_a_run_does_is_the_work_it_was_given(kind: str) -> None:
         before, work = node.work_until(t), rng.uniform(0.1, 50)
         took = node.time_to_do(t, work)
         assert node.work_until(t + took) - before == pytest.approx(work)
+
+
+def walked(periods: list[tuple[float, float]], start: float, work: float) -> float:
+    """`time_to_do` as first written: period by period from `start`, on periods given as
+    (end, rate) from time 0; the reference the binary search must match to the bit."""
+    t, left = start, work
+    for end, rate in periods:
+        if end <= t:
+            continue
+        if rate > 0 and left <= rate * (end - t):
+            return t + left / rate - start
+        left -= rate * (end - t)
+        t = end
+    raise AssertionError("the periods ran out")
+
+
+def hand_node(periods: list[tuple[float, float]]) -> NodeSpeed:
+    """A node whose periods are `periods` (then drawn as its model does), from time 0."""
+    node = NodeSpeed(SpeedModel(), "hand")
+    node._origin, t = 0.0, 0.0
+    for length, rate in periods:
+        done = node._done[-1] + node._works[-1] if node._done else 0.0
+        end = t + length
+        node._starts.append(t), node._ends.append(end), node._rates.append(rate)
+        node._done.append(done), node._works.append(rate * (end - t))
+        t = end
+    return node
+
+
+PERIOD = st.tuples(st.floats(1e-3, 50), st.one_of(st.just(0.0), st.floats(1e-3, 3)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PERIOD, min_size=1, max_size=400), st.data())
+def test_time_to_do_is_the_period_by_period_walk_to_the_bit(periods, data) -> None:
+    """Jumping over whole periods by their running totals lands where the walk would have,
+    with the walk's own `left`: the answers are equal floats, not merely close, for starts in
+    order on one node (its trims and its `_first` included)."""
+    total = sum(length for length, _ in periods)
+    total_work = sum(length * rate for length, rate in periods)
+    periods = [*periods, (1e7, 1.0)]  # a last long one, where any run ends: walked() stops
+    node = hand_node(periods)
+    starts = sorted(data.draw(st.lists(st.floats(0, total), min_size=1, max_size=8)))
+    for start in starts:
+        work = data.draw(st.floats(0, total_work + 10))
+        ends = accumulate(length for length, _ in periods)  # as hand_node adds them
+        assert node.time_to_do(start, work) == walked(
+            list(zip(ends, (rate for _, rate in periods), strict=True)), start, work)
+
+
+@pytest.mark.parametrize("kind", ["two-state", "gamma"])
+def test_long_tasks_on_a_drawn_node_match_the_walk_and_its_lists_stay_short(kind) -> None:
+    """Long tasks over drawn periods (hundreds crossed each) equal the walk over the same
+    periods, and the periods a node keeps stay bounded as its clock moves on (trims)."""
+    node, rng, t, asked = NodeSpeed(SpeedModel(kind=kind), "long"), random.Random(5), 0.0, []
+    node.work_until(0.0)  # its origin at 0, as the fresh node's below
+    for _ in range(400):
+        t += rng.choice([rng.uniform(0, 200), rng.uniform(0, 5000)])  # far: drawn to reach
+        work = rng.choice([rng.uniform(0, 3), rng.uniform(1000, 8000)])
+        asked.append((t, work, node.time_to_do(t, work)))
+        # 1000 before the trim, plus the periods the longest run reaches ahead
+        assert len(node._works) == len(node._ends) == len(node._done) < 1000 + 2000
+    fresh = NodeSpeed(SpeedModel(kind=kind), "long")  # the same periods, all kept
+    fresh.work_until(0.0), fresh.work_until(max(start + took for start, _, took in asked))
+    periods = list(zip(fresh._ends, fresh._rates, strict=True))
+    for start, work, took in asked:
+        assert took == walked(periods, start, work)
 
 
 @pytest.mark.parametrize("model", [SpeedModel(), SpeedModel(kind="gamma", shape=3, interval=4)])
