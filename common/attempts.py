@@ -17,6 +17,8 @@ adopts them (`take_orphan`) instead of launching the task a second time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from common.cluster import LMSnapshot
 from common.errors import InvariantViolated
 from common.gm_records import LAUNCHED_STATES, TaskRecord
@@ -52,11 +54,11 @@ class AttemptBook:
 
     def is_placing(self, attempt_id: str) -> bool:
         """Whether the attempt is its task's live one and still waits for its LM's answer."""
-        task = self._attempts.get(attempt_id)
-        return task is not None and task.live == attempt_id and task.state is TaskState.PLACING
+        return bool(self.placing((attempt_id,)))
 
-    def placing(self, attempt_ids: list[str]) -> list[tuple[str, TaskRecord]]:
-        """(attempt id, task) of those of `attempt_ids` that are `is_placing`, in order."""
+    def placing(self, attempt_ids: Sequence[str]) -> list[tuple[str, TaskRecord]]:
+        """(attempt id, task) of those of `attempt_ids` that are `is_placing`, in order (one
+        pass for a whole request)."""
         attempts, placing = self._attempts, TaskState.PLACING
         found = []
         for attempt_id in attempt_ids:

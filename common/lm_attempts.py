@@ -13,12 +13,12 @@ reprioritizations (one with local queues or copies), the live attempts of each j
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from common.cluster import RunningInfo
+from common.ended_memory import EndedMemory
 from common.errors import InvariantViolated
 from common.lifecycle import check_transition
 from common.messages import Placement
@@ -123,12 +123,8 @@ class LMAttemptBook:
         # three in five of the lists a heartbeat carries are as in the LM's last one, and
         # copying them all anew was 2% of a 10,000-node run (benchmarks/bench_sim.py)
         self._id_tuples: dict[str, tuple[str, ...]] = {}
-        # how recent attempts ended: an id seen before is never run again, in flat memory.
-        # A dict and the ids in the order they ended, not an OrderedDict: the same oldest id
-        # is forgotten first, in about half the memory (a long run keeps every end)
-        self.ended: dict[str, AttemptState] = {}
-        self._ended_order: deque[str] = deque()
-        self._ended_memory = ended_memory
+        # how recent attempts ended: an id seen before is never run again, in flat memory
+        self.ended: EndedMemory[AttemptState] = EndedMemory(ended_memory)
         # job id -> its live attempts' ids: who holds a reprioritized job, without a scan of
         # every attempt; None where nothing asks (an LM without queues or copies)
         self.by_job: dict[str, dict[str, None]] | None = {} if by_job else None
@@ -182,12 +178,7 @@ class LMAttemptBook:
             if not of_job:
                 del self.by_job[job_id]
         attempt.state = new
-        ended = self.ended
-        if attempt_id not in ended:  # (a live attempt never is: `validate`)
-            self._ended_order.append(attempt_id)
-        ended[attempt_id] = new
-        if len(ended) > self._ended_memory:
-            del ended[self._ended_order.popleft()]
+        self.ended.remember(attempt_id, new)  # (a live attempt never is ended: `validate`)
         return attempt
 
     def reprioritize(self, job_id: str, gm: str, priority: float, workers_of: Sequence[str],
@@ -233,8 +224,7 @@ class LMAttemptBook:
 
     def validate(self) -> None:
         """The listings match the attempts, and every attempt's state is a live one."""
-        if len(self._ended_order) != len(self.ended):
-            raise InvariantViolated(f"{self.lm}: ended attempts and their order differ")
+        self.ended.validate(self.lm)
         if self.infos.keys() != self.running.keys():
             raise InvariantViolated(f"{self.lm}: heartbeat listing differs from running")
         by_gm: dict[str, set[str]] = {}

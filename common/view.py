@@ -96,7 +96,7 @@ class _LaidOut:
 
     def __init__(self, field: str, doc: str, settable: bool = False) -> None:
         self.field = field
-        self.name = field.lstrip("_")
+        self.name = field  # the public name, from `__set_name__`
         self.settable = settable
         self.__doc__ = doc
 

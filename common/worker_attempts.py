@@ -11,11 +11,11 @@ work are then banked, and the next run does the work left.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from common.ended_memory import EndedMemory
 from common.errors import InvalidInput, InvariantViolated
 
 if TYPE_CHECKING:
@@ -101,11 +101,7 @@ class WorkerAttemptBook:
             raise InvalidInput("ended_memory", f"must be >= 1, got {ended_memory}")
         self.live: dict[str, LiveAttempt] = {}
         self.by_job: dict[str, set[str]] = {}  # job id -> its live attempts' ids
-        # a dict and the ids in the order they ended, not an OrderedDict: the same oldest id
-        # is forgotten first, in about half the memory (a long run keeps every end)
-        self.ended: dict[str, AttemptState] = {}
-        self._ended_order: deque[str] = deque()
-        self._ended_memory = ended_memory
+        self.ended: EndedMemory[AttemptState] = EndedMemory(ended_memory)
 
     def state_of(self, attempt_id: str) -> AttemptState | None:
         """The attempt's state if it is live or remembered as ended, else None."""
@@ -128,18 +124,12 @@ class WorkerAttemptBook:
             attempts.discard(attempt_id)
             if not attempts:
                 del self.by_job[job_id]
-        ended = self.ended
-        if attempt_id not in ended:
-            self._ended_order.append(attempt_id)
-        ended[attempt_id] = state
-        if len(ended) > self._ended_memory:
-            del ended[self._ended_order.popleft()]
+        self.ended.remember(attempt_id, state)
 
     def validate(self) -> None:
         """Every live attempt indexed by its job and none else, none of them ended, its work
         done within its task's."""
-        if len(self._ended_order) != len(self.ended):
-            raise InvariantViolated("ended attempts and their order differ")
+        self.ended.validate("worker")
         indexed = sum(len(attempts) for attempts in self.by_job.values())
         if indexed != len(self.live):
             raise InvariantViolated(f"{indexed} attempts indexed by job, {len(self.live)} live")
