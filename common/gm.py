@@ -303,6 +303,9 @@ class GlobalMaster:
     def _on_tick(self, event: Tick, step: Step) -> None:
         self.view.update_reachability(step.now, self.config.lm_timeout)
 
+    # whether its Ticks can wait for the next event: they only time out silent LMs
+    waits_for_events = property(lambda self: self.config.lm_timeout == float("inf"))
+
     # -- task events --------------------------------------------------------------------------
 
     def _on_task_event(self, event: TaskEventReceived, step: Step) -> None:

@@ -166,6 +166,8 @@ class LocalMaster:
         return self._workers.recovering
 
     unlisted_hold = property(lambda self: self._workers.unlisted_hold)  # see WorkerWatch
+    # whether its Ticks can wait for the next event: they would publish the last heartbeat again
+    waits_for_events = property(lambda self: self._snapshots.shown and not self._workers.timed)
 
     @property
     def accepting(self) -> bool:

@@ -63,6 +63,13 @@ class SnapshotMaker:
             self.next_beat_at = now + self.interval
         return True
 
+    @property
+    def shown(self) -> bool:
+        """Whether the last heartbeat published shows the state now: one due would repeat it,
+        until something changes or a reply takes a `seq`."""
+        last, full = self._last_heartbeat, self._full
+        return full is not None and last is not None and last[0] is full and full.seq == self.seq
+
     def changed(self, *, ended: bool = False) -> None:
         """Something a snapshot shows changed: the next full one is made anew. `ended`: an
         attempt ended, which `report_ends` publishes at the end of the step."""

@@ -53,6 +53,12 @@ class WorkerWatch:
             for i in range(len(topology)):
                 state.set_up(i, False)
 
+    @property
+    def timed(self) -> bool:
+        """Whether time alone can change it: silences time out, or a recovery waits for its
+        deadline."""
+        return self.recovering or self.timeout != float("inf")
+
     def heard(self, worker: str, now: float) -> list[int] | None:
         """The worker reported (a heartbeat, or an attempt's start): its nodes, or None for a
         worker that is not this LM's."""
