@@ -71,16 +71,28 @@ class Engine:
         self._joinable = False
         self._tail_batch: list | None = None  # that entry's batch, once it has one
         self._seq = itertools.count(1)
+        # the seqs of heap entries called off (`cancel`): skipped when they come up
+        self._cancelled: set[int] = set()
         self.steps = 0
         self.stopped = False  # set by whoever knows the run is over
 
-    def at(self, time: float, action: Callable[[object], None], argument: object = None) -> None:
+    def at(self, time: float, action: Callable[[object], None], argument: object = None) -> int:
+        """Call `action(argument)` at `time`; returns the entry's seq, for `cancel`."""
         if time < self.now:
             raise InvalidInput("time", f"cannot schedule at {time} before now ({self.now})")
         if time == self._fifo_last:
             # it steps between the FIFO lane's last entry and anything that would join it
             self._joinable = False
-        heapq.heappush(self._agenda, (time, next(self._seq), action, argument))
+        seq = next(self._seq)
+        heapq.heappush(self._agenda, (time, seq, action, argument))
+        return seq
+
+    def cancel(self, seq: int) -> None:
+        """Call off the entry `at` scheduled with this seq, if it has not come up: a timer
+        whose cause went away (a killed task's end). It stays in the heap, and when it comes
+        up it is skipped: no call, no step, the clock not moved. Before, such an entry stepped
+        to an action that found nothing to do: 3,154 of a saturated run's steps (issue 38)."""
+        self._cancelled.add(seq)
 
     def at_fifo(self, time: float, action: Callable[[object], None],
                 argument: object = None) -> None:
@@ -146,6 +158,7 @@ class Engine:
         """
         agenda, pop = self._agenda, heapq.heappop
         fifo, popleft = self._fifo, self._fifo.popleft
+        cancelled = self._cancelled
         steps = self.steps
         was_enabled = gc.isenabled()
         gc.disable()
@@ -155,7 +168,10 @@ class Engine:
                 if fifo and (not agenda or fifo[0] < agenda[0]):
                     time, _, action, argument = popleft()
                 elif agenda:
-                    time, _, action, argument = pop(agenda)
+                    time, seq, action, argument = pop(agenda)
+                    if cancelled and seq in cancelled:
+                        cancelled.remove(seq)
+                        continue
                 else:
                     break
                 self.now = time
@@ -173,4 +189,5 @@ class Engine:
 
     @property
     def pending(self) -> int:
-        return len(self._agenda) + len(self._fifo)
+        """Entries still to step (those called off not counted)."""
+        return len(self._agenda) - len(self._cancelled) + len(self._fifo)

@@ -164,7 +164,8 @@ class FederatedSimulation:
         self.worker_lm = federation.workers()
         self.queue_gm = {queue.name: queue.gm for queue in federation.queues}
         self.outcome = RunOutcome(jobs=len(self.job_ids))
-        self._running: dict[str, tuple[_Actor, float]] = {}  # attempt -> worker, duration
+        # attempt -> its run (worker, duration) and the seq of the run's end in the engine
+        self._running: dict[str, tuple[tuple[_Actor, float], int]] = {}
         self.ids = StimulusIds()
         # command type -> what this driver does with it: its own effects, and the deliveries
         # to other cores that common/routing.py describes
@@ -422,13 +423,17 @@ class FederatedSimulation:
 
     def _run_task(self, source: _Actor, c: RunTask, cause: str, at: float, took: float) -> None:
         run = (source, c.duration or 0.0)
-        self._running[c.attempt_id] = run
-        # the end carries its run: a run killed (suspended, restored) and run again has an end
-        # of its own
-        self.engine.at(at + run[1], self._task_ran, (c.attempt_id, run))
+        self._kill(source, c, cause, at, took)  # a run of it before has an end of its own
+        # the end carries its run, checked when it comes (`_task_ran`)
+        self._running[c.attempt_id] = (run, self.engine.at(at + run[1], self._task_ran,
+                                                           (c.attempt_id, run)))
 
-    def _kill(self, source: _Actor, c: KillTask, cause: str, at: float, took: float) -> None:
-        self._running.pop(c.attempt_id, None)  # its scheduled end finds nothing to end
+    def _kill(self, source: _Actor, c: KillTask | RunTask, cause: str, at: float,
+              took: float) -> None:
+        """The attempt's run (if any) stops: its end is called off."""
+        running = self._running.pop(c.attempt_id, None)
+        if running is not None:
+            self.engine.cancel(running[1])
 
     def _task_event(self, deliver: Callable, source: _Actor, c: PublishTaskEvent, cause: str,
                     at: float, took: float) -> None:
@@ -449,9 +454,9 @@ class FederatedSimulation:
 
     def _task_ran(self, scheduled: tuple[str, tuple]) -> None:
         attempt, run = scheduled
-        if self._running.get(attempt) is not run:
-            return  # killed before its end (and maybe run again: that run has its own end)
-        del self._running[attempt]
+        running = self._running.pop(attempt, None)
+        if running is None or running[0] is not run:  # `_kill` calls off the end of a run
+            raise InvariantBroken(f"the end of a run of {attempt} that is not its current one")
         worker, duration = run
         self._now_to(worker, TaskRunEnded(self.ids.new("ran"), attempt, duration))
 

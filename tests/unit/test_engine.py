@@ -24,6 +24,18 @@ def test_fifo_and_heap_entries_step_in_time_then_scheduling_order():
     assert engine.steps == 6 and engine.pending == 0
 
 
+def test_an_entry_called_off_is_no_step_and_moves_no_clock():
+    engine, seen = Engine(), []
+    engine.at(1.0, seen.append, "kept")
+    ended = engine.at(5.0, seen.append, "a killed task's end")
+    engine.at(3.0, lambda _: seen.append(engine.now))
+    engine.cancel(ended)
+    assert engine.pending == 2
+    engine.run()
+    assert seen == ["kept", 3.0] and engine.steps == 2
+    assert engine.now == 3.0 and engine.pending == 0
+
+
 def test_two_lanes_give_the_order_of_one_heap():
     orders = []
     for use_fifo in (False, True):
