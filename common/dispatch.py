@@ -72,7 +72,10 @@ class RequestWindow:
         self._seq += 1
         request = LMRequest(f"{self.gm}.{self.epoch}.{self._seq}", lm, kind, preempt)
         self.requests[request.request_id] = request
-        self._queued.setdefault(lm, deque()).append(request)
+        queue = self._queued.get(lm)
+        if queue is None:  # (not `setdefault`, which would make a deque per request)
+            queue = self._queued[lm] = deque()
+        queue.append(request)
         self._queued_count += 1
         return request
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from common.commands import Log, SendLaunch, SendPreempt
 from common.dispatch import LMRequest, RequestWindow
 from common.messages import RequestKind
+from common.policies.job import NO_PILOTS
 from common.usage import PendingPreemption
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class Outbox:
         requests = self.requests
         if not requests.queued:
             return
-        priorities: dict[str, float] = {}  # per job: the same for all its tasks at once
+        told: dict[str, tuple[float, frozenset[int]]] = {}  # per job: the same for its tasks
         for request in requests.ready():
             # while it waited its turn, a task may have ended (an older attempt finished,
             # its job failed): what is no longer placing stays home
@@ -87,7 +88,7 @@ class Outbox:
                 self.view.release(request.request_id)
                 self.placer.forget(request.request_id)
                 continue
-            placements = self._placements(placing, priorities)
+            placements = self._placements(placing, told)
             epoch = self.view.slots[request.lm].version[0]  # the incarnation planned on
             if request.preempt:
                 victims = self.placer.victims_of(request.request_id)
@@ -101,16 +102,18 @@ class Outbox:
                                            "items": len(placements)}))
 
     def _placements(self, placing: list[tuple[str, TaskRecord]],
-                    priorities: dict[str, float]) -> tuple[Placement, ...]:
-        """What the LM is told of each attempt, with its job's priority (worked out once per
-        job in `priorities`)."""
+                    told: dict[str, tuple[float, frozenset[int]]]) -> tuple[Placement, ...]:
+        """What the LM is told of each attempt, with its job's priority and, while they are
+        measured, pilots (worked out once per job in `told`)."""
         gm, placements = self.gm, []
         for attempt_id, task in placing:
             job_id = task.job.spec.job_id
-            priority = priorities.get(job_id)
-            if priority is None:
-                priority = priorities[job_id] = self.policy.worker_priority(task.job.progress)
-            placements.append(task.placement(attempt_id, gm, priority))
+            of_job = told.get(job_id)
+            if of_job is None:
+                progress = task.job.progress
+                of_job = told[job_id] = (self.policy.worker_priority(progress),
+                                         progress.pilots if progress.sampling else NO_PILOTS)
+            placements.append(task.placement(attempt_id, gm, *of_job))
         return tuple(placements)
 
     def answered(self, request_id: str) -> LMRequest | None:

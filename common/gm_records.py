@@ -50,13 +50,14 @@ class TaskRecord:
     # what its worker keys it by until a reprioritization (`common/reprioritize.py`)
     priority: float | None = None
 
-    def placement(self, attempt_id: str, gm: str, priority: float) -> Placement:
+    def placement(self, attempt_id: str, gm: str, priority: float,
+                  pilots: frozenset[int]) -> Placement:
         """What the LM and worker are told of one attempt of this task (the priority it
-        carries is noted)."""
-        progress = self.job.progress
+        carries is noted); `pilots`: its job's pilot tasks while they are being measured
+        (`JobProgress.sampling`), else none."""
         self.priority = priority
         return Placement(attempt_id, self.spec, self.node or "", gm, self.job.spec.user,
-                         priority, progress.sampling and self.index in progress.pilots)
+                         priority, self.index in pilots)
 
 
 @dataclass(slots=True, eq=False)
@@ -76,17 +77,17 @@ class JobRecord:
     def add_tasks(self) -> list[TaskRecord]:
         """A record per task of the spec: held if the job policy chose pilots and it is not
         one of them, else pending (the GM's backlog queues them)."""
-        pilots = self.progress.pilots
+        pilots, tasks = self.progress.pilots, self.tasks
         # tasks of one shape share one tuple: a job's tasks mostly have one, and a simulation
         # keeps 100,000s of records
         shapes: dict[tuple, tuple] = {}
         for index, spec in enumerate(self.spec.tasks):
             shape = spec.shape
             task = TaskRecord(spec, self, index, shapes.setdefault(shape, shape))
-            self.tasks.append(task)
+            tasks.append(task)
             if pilots and index not in pilots:
                 task.state, task.reason = TaskState.HELD, Reason.HELD_FOR_PILOTS
-        return self.tasks
+        return tasks
 
     def validate(self, gm: str) -> None:
         done = sum(t.state is TaskState.DONE for t in self.tasks)

@@ -8,7 +8,7 @@ the rest of the group in O(1) instead of visiting each.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -48,19 +48,32 @@ class JobQueue:
 
     def push(self, task: TaskRecord, front: bool = False) -> bool:
         """Queue `task`; True if it opened a group (its shape had no task here)."""
+        if not front:
+            return bool(self.extend((task,)))
         group = self.groups.get(task.shape)
         opened = group is None
         if opened:
             group = self.groups[task.shape] = deque()
-        if front:
-            self._front -= 1
-            task.seq = self._front
-            group.appendleft(task)
-        else:
-            self._back += 1
-            task.seq = self._back
-            group.append(task)
+        self._front -= 1
+        task.seq = self._front
+        group.appendleft(task)
         self._size += 1
+        return opened
+
+    def extend(self, tasks: Iterable[TaskRecord]) -> list[Shape]:
+        """`push` each of `tasks` at the back, in order; the shapes that opened a group."""
+        groups, opened, back = self.groups, [], self._back
+        for task in tasks:
+            shape = task.shape
+            group = groups.get(shape)
+            if group is None:
+                group = groups[shape] = deque()
+                opened.append(shape)
+            back += 1
+            task.seq = back
+            group.append(task)
+        self._size += back - self._back
+        self._back = back
         return opened
 
     def remove(self, task: TaskRecord) -> bool:

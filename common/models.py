@@ -64,32 +64,39 @@ def validate_job(job: JobSpec, num_constraints: int = DEFAULT_NUM_CONSTRAINTS) -
         raise InvalidInput("weight", f"must be a positive finite number, got {job.weight!r}")
     if not job.tasks:
         raise InvalidInput("tasks", "a job needs at least one task")
+    # Per task, only what may differ from task to task is checked, and a field's name is
+    # spelled out only for an error: a job's tasks are many (thousands) and mostly share their
+    # constraint set, which is checked once per job.
+    job_id = job.job_id
     seen: set[str] = set()
+    constraint_sets: set[frozenset[int]] = set()  # those found valid
     for index, task in enumerate(job.tasks):
-        where = f"tasks[{index}]"
-        if not task.task_id:
-            raise InvalidInput(f"{where}.task_id", "must be a non-empty string")
-        if task.task_id in seen:
-            raise InvalidInput(f"{where}.task_id", f"duplicate task id {task.task_id!r}")
-        seen.add(task.task_id)
-        if task.job_id != job.job_id:
-            raise InvalidInput(f"{where}.job_id", f"{task.job_id!r} is not {job.job_id!r}")
+        task_id = task.task_id
+        if not task_id:
+            raise InvalidInput(f"tasks[{index}].task_id", "must be a non-empty string")
+        if task_id in seen:
+            raise InvalidInput(f"tasks[{index}].task_id", f"duplicate task id {task_id!r}")
+        seen.add(task_id)
+        if task.job_id != job_id:
+            raise InvalidInput(f"tasks[{index}].job_id", f"{task.job_id!r} is not {job_id!r}")
         demand = task.demand
         if not (type(demand.cpu_m) is int and type(demand.mem_mib) is int
                 and demand.cpu_m > 0 and demand.mem_mib > 0):
-            demand.validate_demand(f"{where}.demand")  # raises, naming the field
-        for constraint in task.constraints:
-            if not (isinstance(constraint, int) and 0 <= constraint < num_constraints):
-                raise InvalidInput(
-                    f"{where}.constraints",
-                    f"unknown constraint id {constraint!r} (ids are 0..{num_constraints - 1})",
-                )
-        if task.duration is not None and not (
-            math.isfinite(task.duration) and task.duration >= 0
-        ):
-            raise InvalidInput(f"{where}.duration", f"must be >= 0, got {task.duration!r}")
+            demand.validate_demand(f"tasks[{index}].demand")  # raises, naming the field
+        constraints = task.constraints
+        if constraints not in constraint_sets:
+            for constraint in constraints:
+                if not (isinstance(constraint, int) and 0 <= constraint < num_constraints):
+                    raise InvalidInput(
+                        f"tasks[{index}].constraints",
+                        f"unknown constraint id {constraint!r} (ids are 0..{num_constraints - 1})",
+                    )
+            constraint_sets.add(constraints)
+        duration = task.duration
+        if duration is not None and not (math.isfinite(duration) and duration >= 0):
+            raise InvalidInput(f"tasks[{index}].duration", f"must be >= 0, got {duration!r}")
         if task.nodes is not None:
-            validate_placement_set(task.nodes, f"{where}.nodes")
+            validate_placement_set(task.nodes, f"tasks[{index}].nodes")
 
 
 def validate_placement_set(nodes: frozenset[str], where: str) -> None:

@@ -71,6 +71,15 @@ class WaitingIndex:
         if self.queue_of(job).push(task, front):
             self._file(job, (job.spec.user, task.shape), self.key_of(job))
 
+    def push_new(self, job: JobRecord, tasks: list[TaskRecord]) -> None:
+        """`push` each of `tasks`, new tasks of `job`, at the back in order (at once: a job
+        brings its tasks together, mostly of one shape)."""
+        opened = self.queue_of(job).extend(tasks)
+        if opened:
+            entry, user = self.key_of(job), job.spec.user
+            for shape in opened:
+                self._file(job, (user, shape), entry)
+
     def _file(self, job: JobRecord, demand: Demand, entry: tuple) -> None:
         jobs = self.jobs_by_demand.get(demand)
         if jobs is None:
@@ -293,6 +302,14 @@ class Backlog:
     def add(self, task: TaskRecord) -> None:
         """A new task of a job (held or pending, as the job policy chose)."""
         (self.held if task.state is TaskState.HELD else self.levels[task.job.level]).push(task)
+
+    def add_job(self, job: JobRecord) -> None:
+        """A new job's tasks: `add` each, in order."""
+        tasks = job.tasks
+        if job.progress.pilots:  # some may be held: each queue takes its own, in order
+            self.held.push_new(job, [task for task in tasks if task.state is TaskState.HELD])
+            tasks = [task for task in tasks if task.state is not TaskState.HELD]
+        self.levels[job.level].push_new(job, tasks)
 
     def requeue(self, task: TaskRecord, refused: bool = False) -> None:
         """A task back from an attempt: first of its job's pending tasks; last of them if an LM

@@ -103,11 +103,12 @@ class JobProgress:
         """A job's progress as it arrives: the `seq`th at its GM, at `now` on its clock."""
         true_work = cpu_work = mem_work = longest = 0.0
         for task in job.tasks:
-            duration = task.duration or 0.0
+            duration, demand = task.duration or 0.0, task.demand
             true_work += duration
-            cpu_work += duration * task.demand.cpu_m
-            mem_work += duration * task.demand.mem_mib
-            longest = max(longest, duration)
+            cpu_work += duration * demand.cpu_m
+            mem_work += duration * demand.mem_mib
+            if duration > longest:  # (not `max`: a call per task)
+                longest = duration
         return cls(len(job.tasks), seq, job.arrival, job.estimated_task_duration, user=job.user,
                    name=job.name, true_work=true_work, admitted_at=now, weight=job.weight,
                    cpu_work=cpu_work, mem_work=mem_work, longest_stated=longest)

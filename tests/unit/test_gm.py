@@ -94,6 +94,23 @@ def test_a_task_id_of_another_job_is_refused() -> None:
         fed.submit("gm-1", other)
 
 
+@pytest.mark.parametrize("clash, infeasible, field", [
+    (2, 1, "tasks[1]"), (1, 2, "tasks[1].task_id"), (1, 1, "tasks[1].task_id")],
+    ids=["shape-first", "id-first", "same-task-id-first"])
+def test_of_several_bad_tasks_the_first_is_named_and_in_one_its_id_first(
+        clash: int, infeasible: int, field: str) -> None:
+    """Admission checks each shape once and known ids at once, and still names the first
+    task with something wrong, its id before its shape."""
+    fed = started(Federation.simple(constraints=frozenset({1})))
+    fed.submit("gm-1", job("j", "u1", 3, constraints=frozenset({1})))
+    tasks = tuple(TaskSpec("j/0" if i == clash else f"k/{i}", "k", Resources(1, 1),
+                           frozenset({1, 2}) if i == infeasible else frozenset({1}))
+                  for i in range(3))
+    with pytest.raises(InvalidInput) as error:
+        fed.submit("gm-1", JobSpec("k", "u1", tasks, 0.0))
+    assert error.value.field == field
+
+
 def test_a_task_start_is_timed_by_the_worker_clock_not_by_when_the_gm_hears_it() -> None:
     fed = started(Federation.simple(constraints=NO_CONSTRAINTS))
     fed.now = 10.0
