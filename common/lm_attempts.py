@@ -151,7 +151,7 @@ class LMAttemptBook:
         if _RUNNING not in ATTEMPT_TRANSITIONS[old]:
             check_transition(ATTEMPT_TRANSITIONS, attempt.placement.attempt_id, old, _RUNNING,
                              self.log)
-        self.log.record(step.now, step.stimulus_id, attempt.placement.attempt_id, old, _RUNNING)
+        self.log.add((step.now, step.stimulus_id, attempt.placement.attempt_id, old, _RUNNING, ""))
         attempt.state = _RUNNING
         attempt.acknowledged = True
 
@@ -220,7 +220,7 @@ class LMAttemptBook:
                     detail: str = "") -> None:
         if new not in ATTEMPT_TRANSITIONS[old]:  # the check costs a call only when it fails
             check_transition(ATTEMPT_TRANSITIONS, attempt_id, old, new, self.log)
-        self.log.record(step.now, step.stimulus_id, attempt_id, old, new, detail)
+        self.log.add((step.now, step.stimulus_id, attempt_id, old, new, detail))
 
     def validate(self) -> None:
         """The listings match the attempts, and every attempt's state is a live one."""

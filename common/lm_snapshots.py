@@ -27,7 +27,7 @@ from bitarray import frozenbitarray
 from common.cluster import LMSnapshot
 
 if TYPE_CHECKING:
-    from common.cluster import ClusterTopology, JournaledState
+    from common.cluster import ChangeMark, ClusterTopology, JournaledState
     from common.lm_attempts import LMAttemptBook
     from common.lm_queues import NodeQueueBook
 
@@ -49,6 +49,10 @@ class SnapshotMaker:
         self.seq = 0
         self._full: LMSnapshot | None = None
         self._none_up = frozenbitarray(len(topology))
+        # the state's journal mark at the last snapshot, and that snapshot's copies of the
+        # shown free resources and liveness (`_shown`)
+        self._copied_at: ChangeMark | None = None
+        self._copies: tuple[tuple[int, ...], tuple[int, ...], frozenbitarray] | None = None
         self._last_heartbeat: tuple[LMSnapshot, float] | None = None  # published, and when
         self.report_ends = report_ends
         self.ends_unreported = False  # with report_ends: an attempt ended in this step
@@ -81,9 +85,9 @@ class SnapshotMaker:
               accepting: bool) -> LMSnapshot:
         """The state a reply carries: resources and liveness, not the running list."""
         self.seq += 1
-        free_cpu, free_mem = self._shown_free(queues)
+        changes, (free_cpu, free_mem, up) = self._shown(queues)
         return LMSnapshot(self.topology.lm, self.epoch, self.seq, self.topology, free_cpu,
-                          free_mem, self._shown_up(backlogged), None, self.state.mark(),
+                          free_mem, self._none_up if backlogged else up, None, changes,
                           queue_room=self._shown_room(queues, accepting))
 
     def full(self, queues: NodeQueueBook | None, backlogged: bool,
@@ -91,7 +95,7 @@ class SnapshotMaker:
         """The full partition state; the same object while nothing changes."""
         if self._full is None or self._full.seq != self.seq:
             self.seq += 1
-            free_cpu, free_mem = self._shown_free(queues)
+            changes, (free_cpu, free_mem, up) = self._shown(queues)
             self._full = LMSnapshot(
                 lm=self.topology.lm,
                 epoch=self.epoch,
@@ -99,9 +103,9 @@ class SnapshotMaker:
                 topology=self.topology,
                 free_cpu=free_cpu,
                 free_mem=free_mem,
-                up=self._shown_up(backlogged),
+                up=self._none_up if backlogged else up,
                 running=tuple(self.attempts.infos.values()),
-                changes=self.state.mark(),
+                changes=changes,
                 attempts_by_gm=self.attempts.ids_of_gms(),
                 queue_room=self._shown_room(queues, accepting),
             )
@@ -120,14 +124,24 @@ class SnapshotMaker:
             return snapshot
         return None
 
-    def _shown_free(self, queues: NodeQueueBook | None
-                    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        if queues is None:
-            return tuple(self.state.free_cpu), tuple(self.state.free_mem)
-        return queues.shown_free()
-
-    def _shown_up(self, backlogged: bool) -> frozenbitarray:
-        return self._none_up if backlogged else frozenbitarray(self.state.up)
+    def _shown(self, queues: NodeQueueBook | None) -> tuple[
+            ChangeMark, tuple[tuple[int, ...], tuple[int, ...], frozenbitarray]]:
+        """The journal's mark now, and the free resources shown and the nodes up, as copies
+        made anew only when the journal noted a change since the last snapshot's (every
+        change of free resources, liveness or of the nodes with queued attempts is noted
+        there, and `mark` is then another). A heartbeat after a reply that changed nothing
+        since shows the reply's own copies: over a third of the heartbeats' copies, each of
+        every node, were of an unchanged state (`megha simulate`, 10,000 nodes)."""
+        changes = self.state.mark()
+        if changes is not self._copied_at:
+            state = self.state
+            if queues is None:
+                free_cpu, free_mem = tuple(state.free_cpu), tuple(state.free_mem)
+            else:
+                free_cpu, free_mem = queues.shown_free()
+            self._copies = (free_cpu, free_mem, frozenbitarray(state.up))
+            self._copied_at = changes
+        return changes, self._copies
 
     @staticmethod
     def _shown_room(queues: NodeQueueBook | None, accepting: bool) -> frozenbitarray | None:

@@ -37,7 +37,8 @@ class TransitionLog:
         # sits on the placement hot path.
         self._entries: deque[tuple] = deque(maxlen=maxlen)
         # `record` of one transition given as that tuple, (ts, stimulus_id, entity, old, new,
-        # detail), without a call frame of its own: the GM records a transition per move.
+        # detail), without a call frame of its own: every core (GM, LM, worker) records a
+        # transition per move of each task or attempt.
         self.add = self._entries.append
 
     def record(

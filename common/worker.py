@@ -359,11 +359,11 @@ class WorkerAgent:
         now = step.now
         # new -> running and queued -> running are always allowed: recorded, not checked
         if live is None:
-            self._log.record(now, step.stimulus_id, attempt_id, _NEW, _RUNNING, "")
+            self._log.add((now, step.stimulus_id, attempt_id, _NEW, _RUNNING, ""))
             live = LiveAttempt(placement, _RUNNING, now, base_work=placement.start_work)
             self._attempts.add(live)
         else:
-            self._log.record(now, step.stimulus_id, attempt_id, _QUEUED, _RUNNING, "")
+            self._log.add((now, step.stimulus_id, attempt_id, _QUEUED, _RUNNING, ""))
             live.placement, live.state, live.since = placement, _RUNNING, now
         node.take(placement)
         fields = self._line(node, placement)
@@ -456,7 +456,7 @@ class WorkerAgent:
     ) -> None:
         if new not in ATTEMPT_TRANSITIONS[old]:  # the check costs a call only when it fails
             check_transition(ATTEMPT_TRANSITIONS, attempt_id, old, new, self._log)
-        self._log.record(step.now, step.stimulus_id, attempt_id, old, new, detail)
+        self._log.add((step.now, step.stimulus_id, attempt_id, old, new, detail))
 
     # --- log fields -----------------------------------------------------------------------
 

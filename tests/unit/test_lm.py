@@ -412,3 +412,19 @@ def test_every_event_carries_the_stimulus_id_its_step_is_made_from() -> None:
     assert len(kinds) > 10
     for kind in kinds:
         assert fields(kind)[0].name == "stimulus_id", kind.__name__
+
+
+def test_a_snapshot_copies_the_state_anew_only_after_a_change() -> None:
+    """Snapshots share their copies of free resources and liveness while the LM's change
+    journal noted nothing since; after a change they show the state as it is."""
+    lm = LocalMaster(topology())
+    reply = lm.reply_snapshot()
+    heartbeat = lm.snapshot()
+    assert heartbeat.seq > reply.seq and heartbeat.free_cpu is reply.free_cpu
+    assert heartbeat.up is reply.up
+    launch(lm, item("j/0#0", "n0"))
+    after = lm.snapshot()
+    assert after.free_cpu is not reply.free_cpu
+    assert (after.free_cpu, after.free_mem) == (tuple(lm.state.free_cpu),
+                                                tuple(lm.state.free_mem))
+    assert after.free_cpu[0] == reply.free_cpu[0] - 1000
