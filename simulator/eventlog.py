@@ -15,6 +15,8 @@ import orjson
 
 from inspection.analysis import RunAnalysis
 
+_dumps, _ONE_LINE = orjson.dumps, orjson.OPT_APPEND_NEWLINE  # looked up once: a line each
+
 
 class SimLog:
     def __init__(self, name: str, path: Path | None = None) -> None:
@@ -38,8 +40,7 @@ class SimLog:
         self.analysis.feed(record)
         if self._file is not None:
             # orjson: a million lines is most of a run's cost with the standard encoder
-            self._file.write(orjson.dumps(record, default=str,
-                                          option=orjson.OPT_APPEND_NEWLINE))
+            self._file.write(_dumps(record, default=str, option=_ONE_LINE))
 
     def close(self) -> None:
         if self._file is not None:

@@ -423,15 +423,17 @@ class FederatedSimulation:
 
     def _run_task(self, source: _Actor, c: RunTask, cause: str, at: float, took: float) -> None:
         run = (source, c.duration or 0.0)
-        self._kill(source, c, cause, at, took)  # a run of it before has an end of its own
+        self._stop_run(c.attempt_id)  # a run of it before (suspended, restored) stops
         # the end carries its run, checked when it comes (`_task_ran`)
         self._running[c.attempt_id] = (run, self.engine.at(at + run[1], self._task_ran,
                                                            (c.attempt_id, run)))
 
-    def _kill(self, source: _Actor, c: KillTask | RunTask, cause: str, at: float,
-              took: float) -> None:
-        """The attempt's run (if any) stops: its end is called off."""
-        running = self._running.pop(c.attempt_id, None)
+    def _kill(self, source: _Actor, c: KillTask, cause: str, at: float, took: float) -> None:
+        self._stop_run(c.attempt_id)
+
+    def _stop_run(self, attempt_id: str) -> None:
+        """The attempt's run, if any, stops: its end is called off."""
+        running = self._running.pop(attempt_id, None)
         if running is not None:
             self.engine.cancel(running[1])
 
