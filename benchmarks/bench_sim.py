@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -61,7 +61,7 @@ from loadgen.paper_workloads import YH1_SUB  # noqa: E402
 
 SATURATED = ["--target-load", "1.2"]
 CASES = ("growth_small", "varied", "copies", "saturated", "saturated_queued", "growth_large",
-         "unsaturated")  # smallest first
+         "unsaturated")  # the order they run in, smallest first
 VARIED = ["--target-load", "0.6", "--variability", "two-state"]
 
 
@@ -89,18 +89,21 @@ def run_case(name: str, extra: list[str], args: argparse.Namespace, folder: Path
     scheduler = scheduler or args.scheduler
     log = ["--no-log"] if args.no_log else ["--log", str(folder / f"{name}-{scheduler}.log")]
     results = folder / f"{name}-{scheduler}.json"
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    done = subprocess.run(
-        [sys.executable, "-m", "megha", "simulate", "--scheduler", scheduler,
-         "--nodes", str(args.nodes), "--gms", str(args.gms), "--lms", str(args.lms),
-         "--slots", "--trace", str(args.trace), "--results", str(results), *extra, *log],
-        cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"case {name} ({scheduler}) failed:\n{done.stderr[-2000:]}")
-    # ru_maxrss of children is the largest of any child so far: a case's own peak is only
-    # known when it is the largest yet, so cases run smallest first
-    peak_kib = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before)
-    header = re.search(r"(\d+) jobs, (\d+) tasks", done.stdout)
+    out, err = folder / f"{name}-{scheduler}.out", folder / f"{name}-{scheduler}.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "megha", "simulate", "--scheduler", scheduler,
+             "--nodes", str(args.nodes), "--gms", str(args.gms), "--lms", str(args.lms),
+             "--slots", "--trace", str(args.trace), "--results", str(results), *extra, *log],
+            cwd=ROOT, stdout=stdout, stderr=stderr, text=True)
+        # the child's own usage, reaped here: RUSAGE_CHILDREN's ru_maxrss is the largest of
+        # any child so far, so every case after a bigger one would show the bigger one's peak
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        sys.exit(f"case {name} ({scheduler}) failed:\n{err.read_text()[-2000:]}")
+    peak_kib = usage.ru_maxrss
+    header = re.search(r"(\d+) jobs, (\d+) tasks", out.read_text())
     figures = json.loads(results.read_text())  # the wall unrounded: a toy run's is ~0.01 s
     wall, steps = figures["wall_s"], figures["steps"]
     return {"tasks": int(header.group(2)), "wall": wall, "steps": steps,
