@@ -12,8 +12,7 @@ from common.models import JobSpec, TaskSpec
 from common.resources import Resources
 from simulator.cluster import SLOT, shaped_federation
 from simulator.engine import DelayModel, Engine
-from simulator.eventlog import SimLog
-from simulator.federated import FederatedSimulation
+from tests.sim_runs import recorded_run
 
 
 def test_same_instant_entries_step_as_one_in_their_order():
@@ -124,15 +123,12 @@ def test_a_simulation_is_the_same_with_fewer_steps(tmp_path, options):
     runs = []
     for coalesce in (False, True):
         federation = shaped_federation(24, 2, 3, slots=True, heartbeat_interval=1.0)
-        path = tmp_path / f"{coalesce}.log"
-        log = SimLog("megha", path)
-        sim = FederatedSimulation(federation, _jobs(3, 60), log, seed=5, **options)
-        sim.engine.coalesce = coalesce
-        outcome = sim.run()
-        sim.check_invariants()
-        log.close()
-        runs.append((path.read_bytes(), outcome.ended, outcome.completions,
-                     outcome.virtual_s, outcome.steps))
+
+        def setup(sim, coalesce=coalesce):
+            sim.engine.coalesce = coalesce
+
+        runs.append(recorded_run(tmp_path / f"{coalesce}.log", federation, _jobs(3, 60), 5,
+                                 setup, **options))
     (log_off, *rest_off, steps_off), (log_on, *rest_on, steps_on) = runs
     assert log_on == log_off and rest_on == rest_off
     if "delay" in options:  # drawn delays: no two messages arrive in one instant

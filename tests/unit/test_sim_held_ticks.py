@@ -21,6 +21,7 @@ from simulator.cluster import SLOT, shaped_federation
 from simulator.eventlog import SimLog
 from simulator.federated import FederatedSimulation
 from simulator.run_settings import Overrides
+from tests.sim_runs import recorded_run
 from tests.unit.test_lm import item, topology
 
 
@@ -47,15 +48,11 @@ def test_a_run_is_the_same_with_its_idle_ticks_held(tmp_path, overrides):
     for hold in (False, True):
         federation = overrides.apply(
             shaped_federation(24, 2, 3, slots=True, nodes_per_worker=4, heartbeat_interval=1.0))
-        path = tmp_path / f"{hold}.log"
-        log = SimLog("megha", path)
-        sim = FederatedSimulation(federation, _jobs(7, 60), log, seed=3)
-        sim.hold_ticks = hold
-        outcome = sim.run()
-        sim.check_invariants()
-        log.close()
-        runs.append((path.read_bytes(), outcome.ended, outcome.completions,
-                     outcome.virtual_s, outcome.steps))
+
+        def setup(sim, hold=hold):
+            sim.hold_ticks = hold
+
+        runs.append(recorded_run(tmp_path / f"{hold}.log", federation, _jobs(7, 60), 3, setup))
     (log_off, *rest_off, steps_off), (log_on, *rest_on, steps_on) = runs
     assert log_on == log_off and rest_on == rest_off
     assert steps_on < steps_off
