@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
      ["sim_tasks_per_s_unsaturated", "sim_tasks_per_s_saturated",
       "sim_saturated_over_unsaturated", "sim_cost_growth", "sim_queued_over_saturated",
       "sim_copies_over_varied", "sim_megha_over_sparrow.unsaturated",
-      "sim_megha_over_sparrow.saturated"]),
+      "sim_megha_over_sparrow.saturated", "sim_megha_over_sparrow.saturated_long"]),
 ])
 def test_a_benchmark_prints_its_figures(script, args, names):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
