@@ -84,7 +84,14 @@ def validate_job(job: JobSpec, num_constraints: int = DEFAULT_NUM_CONSTRAINTS) -
                 and demand.cpu_m > 0 and demand.mem_mib > 0):
             demand.validate_demand(f"tasks[{index}].demand")  # raises, naming the field
         constraints = task.constraints
-        if constraints not in constraint_sets:
+        try:
+            known = constraints in constraint_sets
+        except TypeError:  # a set or list: not hashable
+            known = False
+        if not known:
+            if type(constraints) is not frozenset:
+                raise InvalidInput(f"tasks[{index}].constraints", "must be a frozenset of "
+                                   f"constraint ids, got a {type(constraints).__name__}")
             for constraint in constraints:
                 if not (isinstance(constraint, int) and 0 <= constraint < num_constraints):
                     raise InvalidInput(

@@ -37,6 +37,7 @@ from itertools import compress
 from operator import ne, or_
 
 from bitarray import bitarray
+from bitarray.util import zeros
 
 from common.cluster import (
     MASK_CACHE_LIMIT,
@@ -353,8 +354,8 @@ class FederationView:
         if self._stale:
             self._relayout()
         gained = self._gained
-        self._gained = bitarray(len(gained))
-        self._gained.setall(0)
+        if gained.any():  # (an empty one stays: its reader only reads it, and at once)
+            self._gained = zeros(len(gained))
         return gained
 
     # -- the match ---------------------------------------------------------------

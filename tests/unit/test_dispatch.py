@@ -75,6 +75,35 @@ def test_each_lm_has_its_own_window_and_a_wider_window_lets_more_out() -> None:
     window.validate()
 
 
+def test_requests_leave_in_the_order_their_lms_were_first_asked() -> None:
+    """Only LMs with room are visited, in the order each LM first had a request: as a scan
+    of every LM would send them (the GM's commands, and so its log, keep that order)."""
+    window = RequestWindow("gm-1", epoch=0, window=1)
+    for lm in ("lm-3", "lm-1", "lm-2"):
+        window.batch_for(lm, LAUNCH)
+    first = {r.lm: r for r in window.ready()}
+    assert list(first) == ["lm-3", "lm-1", "lm-2"]
+    # a request behind each full window; then lm-2's and lm-3's answers come, lm-2's first
+    behind = {lm: window.batch_for(lm, LAUNCH) for lm in ("lm-2", "lm-1", "lm-3")}
+    assert list(window.ready()) == []
+    window.finished(first["lm-2"].request_id)
+    window.finished(first["lm-3"].request_id)
+    window.validate()
+    assert [r.request_id for r in window.ready()] == [behind["lm-3"].request_id,
+                                                       behind["lm-2"].request_id]
+    # a request handed out and finished at once (its task ended meanwhile) frees its LM's
+    # window for the next one in the same pass over the window
+    window.finished(first["lm-1"].request_id)
+    after = window.batch_for("lm-1", REPARTITION)
+    sent = []
+    for request in window.ready():
+        sent.append(request.request_id)
+        if request is behind["lm-1"]:
+            window.finished(request.request_id)
+    assert sent == [behind["lm-1"].request_id, after.request_id]
+    window.validate()
+
+
 def test_an_unsent_request_is_not_finished_by_a_stray_answer() -> None:
     window = RequestWindow("gm-1", epoch=0, window=1)
     window.batch_for("lm-1", LAUNCH)

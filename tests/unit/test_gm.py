@@ -53,6 +53,8 @@ def events(fed: Federation, name: str) -> list[dict]:
     "bad,field",
     [
         (job("j", "u1", 1, constraints=frozenset({21})), "tasks[0].constraints"),
+        (job("j", "u1", 1, constraints={1}), "tasks[0].constraints"),  # a set: unhashable
+        (job("j", "u1", 1, constraints=(1,)), "tasks[0].constraints"),  # hashable, not a set
         (job("j", "u1", 1, cpu=0), "tasks[0].demand.cpu_m"),
         (job("j", "u1", 1, mem=-5), "tasks[0].demand.mem_mib"),
         (job("j", "u1", 1, cpu=10**6), "tasks[0]"),  # larger than every node
