@@ -277,10 +277,32 @@ def _simulate(settings: RunSettings, scheduler: str, federation: Federation,
         print(f"  jct s over {jct['count']} jobs: mean {jct['mean']:.2f}  p50 {jct['p50']:.2f}"
               f"  p99 {jct['p99']:.2f}"
               + ("" if weighted is None else f"  weighted mean {weighted:.2f}"))
+    retries = retry_summary(report.get("counts", {}))
+    if retries:
+        print(f"  {retries}")
     if log_path is not None:
         print(f"  event log {log_path} (megha inspect {log_path})", flush=True)
     return report | {"wall_s": wall, "virtual_s": virtual, "steps": steps,
                      "rejected_jobs": rejected}
+
+
+def retry_summary(counts: dict) -> str:
+    """What the run did again, per task started: launches refused (by why), preemptions
+    asked and refused, requeues. Under saturation these, not the tasks, are most of a run's
+    work (and its wall): a stale view's launch is placed, refused, answered and requeued.
+    Empty for a run that retried nothing."""
+    started = counts.get("tasks_started", 0)
+    refused, asked = counts.get("launches_refused", 0), counts.get("preemption_attempts", 0)
+    requeues = counts.get("requeues", 0)
+    if not started or not (refused or asked or requeues):
+        return ""
+    why = ", ".join(f"{reason} {n / started:.2f}" for reason, n in
+                    sorted(counts.get("launches_refused_by_reason", {}).items()))
+    return (f"per task started: {refused / started:.2f} launches refused"
+            + (f" ({why})" if why else "")
+            + f", {asked / started:.2f} preemptions asked "
+            f"({counts.get('preemptions_refused', 0) / started:.2f} refused), "
+            f"{requeues / started:.2f} requeues")
 
 
 def story_entries(settings: RunSettings, scheduler: str) -> str:
