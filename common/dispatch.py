@@ -50,7 +50,7 @@ class RequestWindow:
         # The LMs with a request queued and room in their window, each by its place in
         # `_queued`: `ready` visits only these, in `_queued`'s order. Under saturation most
         # LMs have a request queued behind a full window, and visiting all of them on every
-        # send was 1% of a saturated run (benchmarks/bench_sim.py, saturated_long, py-spy).
+        # send was 1% of the long saturated run (benchmarks/bench_sim.py, saturated_long).
         self._sendable: dict[str, int] = {}
         self._rank: dict[str, int] = {}
         self._seq = 0
