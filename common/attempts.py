@@ -27,9 +27,12 @@ from common.view import LMSlot
 
 
 class AttemptBook:
-    def __init__(self, gm: str, epoch: int) -> None:
+    def __init__(self, gm: str, epoch: int, earlier_incarnations: bool = True) -> None:
         self.gm = gm
         self.epoch = epoch  # this GM's incarnation: its attempt ids never collide with older
+        # whether orphans can exist: without an earlier incarnation every attempt of this GM
+        # that a heartbeat lists is one the book issued (or one of a task that has ended)
+        self.seeks_orphans = earlier_incarnations
         self._sep = f"#{epoch}."  # task id + this + n: an attempt id
         self._attempts: dict[str, TaskRecord] = {}  # every attempt of every unfinished task
         self._live_on: dict[str, dict[str, TaskRecord]] = {}  # lm -> launched attempts there
@@ -126,7 +129,9 @@ class AttemptBook:
 
     def find_orphans(self, slot: LMSlot) -> list[str]:
         """Attempts of this GM that `slot` lists and the book does not know: kept as orphans;
-        returns their task ids."""
+        returns their task ids (none when there was no earlier incarnation)."""
+        if not self.seeks_orphans:
+            return []
         listing = slot.snapshot
         # the common case, checked in C: every attempt of this GM listed is one it tracks
         if listing.running is slot.running and all(

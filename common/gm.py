@@ -116,7 +116,7 @@ class GlobalMaster:
         self.jobs: dict[str, JobRecord] = {}  # unfinished, and the last `ended_jobs_kept` ended
         self._ended = EndedJobs(ended_jobs_kept)  # the feed of ended jobs clients follow
         self._tasks: dict[str, TaskRecord] = {}  # the tasks of unfinished jobs, by task id
-        self._attempts = AttemptBook(self.gm, config.epoch)
+        self._attempts = AttemptBook(self.gm, config.epoch, config.earlier_incarnations)
         # what goes to the LMs: each placement an attempt in a per-LM batch, a window in flight
         self._outbox = Outbox(self.gm, config.epoch, config.lm_window, self.view, self.placer,
                               self._attempts, self.policy)

@@ -32,6 +32,10 @@ class GMConfig:
     max_losses: int = 20  # node losses and unanswered requests tolerated per task
     num_constraints: int = DEFAULT_NUM_CONSTRAINTS
     epoch: int = 0  # incarnation: attempt ids of a restarted GM never collide
+    # Whether an earlier incarnation of this GM may have left attempts running: a GM looks
+    # for them in every heartbeat (`AttemptBook.find_orphans`). A service always may (its
+    # state may be gone while its attempts run on); a simulated GM never restarts.
+    earlier_incarnations: bool = True
     seed: int = 0
     # requests in flight to one LM: placements made meanwhile join the next batch
     lm_window: int = 1

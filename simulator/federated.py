@@ -146,8 +146,10 @@ class FederatedSimulation:
         # the GM's last-heard time): most of a long run's heartbeats cost nothing.
         # No client asks a simulated GM about a job once it has ended (the run learns of its
         # end from JobEnded), so a GM forgets its records then, not 100,000 jobs later.
+        # A simulated GM never restarts either: no attempts of an earlier incarnation to seek.
         self.gms = {gm: _Actor(gm, GlobalMaster(replace(federation.gm_config(gm),
-                                                        lm_timeout=math.inf),
+                                                        lm_timeout=math.inf,
+                                                        earlier_incarnations=False),
                                                 topologies=topologies, story_len=story_entries,
                                                 ended_jobs_kept=0))
                     for gm in federation.gms}

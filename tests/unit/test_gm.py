@@ -332,6 +332,26 @@ def test_a_restarted_gm_rebuilds_its_view_and_adopts_running_tasks() -> None:
     assert len(fed.finished_reports) == 3
 
 
+def test_only_a_gm_that_may_have_an_earlier_incarnation_seeks_its_orphans() -> None:
+    """The search costs a lookup per listed attempt on every heartbeat; the simulator turns it
+    off (its GMs never restart). A GM told so takes a restart's running attempts for none of
+    its own, and launches the replayed job again: services must keep the default."""
+    assert GMConfig("gm-1", ()).earlier_incarnations
+    fed = started(Federation.simple(num_lms=2, nodes_per_lm=4, constraints=NO_CONSTRAINTS))
+    spec = job("j", "u1", 3)
+    fed.submit("gm-1", spec)
+    fed.run_until_quiet()
+    config = fed.gm_configs[0]
+    fresh = GlobalMaster(GMConfig(config.gm_id, config.queues, epoch=1,
+                                  earlier_incarnations=False), topologies=fed.topologies)
+    fed.gms["gm-1"] = fresh
+    fed.tick(1.0)
+    fed.run_until_quiet()
+    assert set(fresh.view.slots) == {"lm-1", "lm-2"}
+    commands = fresh.handle(JobSubmitted("replay", spec), fed.now)
+    assert sum(len(c.placements) for c in commands if isinstance(c, SendLaunch)) == 3
+
+
 def test_a_replayed_job_never_reruns_the_tasks_its_store_says_are_done() -> None:
     fed = started(Federation.simple(num_lms=1, nodes_per_lm=2, constraints=NO_CONSTRAINTS))
     gm = fed.gms["gm-1"]
