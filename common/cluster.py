@@ -284,11 +284,9 @@ class LMSnapshot:
     # Heartbeats list every running attempt; replies to launches leave it out (None), so a
     # reply costs O(nodes), not O(running tasks). Views keep the last list they were given.
     running: tuple[RunningInfo, ...] | None
-    # In-process hints, never on the wire (a decoded snapshot has neither): how far the LM's
-    # change journal had come, and `running`'s attempt ids grouped by GM.
+    # An in-process hint, never on the wire (a decoded snapshot has none): how far the LM's
+    # change journal had come.
     changes: ChangeMark | None = field(default=None, compare=False, repr=False)
-    attempts_by_gm: dict[str, tuple[str, ...]] | None = field(default=None, compare=False,
-                                                              repr=False)
     # With local queues ([policies.local_queues] depth > 0): the nodes whose queue has room.
     # A node with queued attempts shows no free resources: what it frees goes to its queue.
     queue_room: frozenbitarray | None = None
@@ -299,7 +297,6 @@ class LMSnapshot:
     def __init__(self, lm: str, epoch: int, seq: int, topology: ClusterTopology,
                  free_cpu: tuple[int, ...], free_mem: tuple[int, ...], up: frozenbitarray,
                  running: tuple[RunningInfo, ...] | None, changes: ChangeMark | None = None,
-                 attempts_by_gm: dict[str, tuple[str, ...]] | None = None,
                  queue_room: frozenbitarray | None = None) -> None:
         _set_snapshot_lm(self, lm)
         _set_snapshot_epoch(self, epoch)
@@ -310,7 +307,6 @@ class LMSnapshot:
         _set_snapshot_up(self, up)
         _set_snapshot_running(self, running)
         _set_snapshot_changes(self, changes)
-        _set_snapshot_attempts_by_gm(self, attempts_by_gm)
         _set_snapshot_queue_room(self, queue_room)
         _set_snapshot_memo(self, {})
 
@@ -359,8 +355,6 @@ class LMSnapshot:
 
     def attempts_of(self, gm: str) -> Sequence[str]:
         """The ids of `gm`'s attempts in `running`."""
-        if self.attempts_by_gm is not None:
-            return self.attempts_by_gm.get(gm, ())
         return [info.attempt_id for info in self.running or () if info.gm == gm]
 
 
@@ -380,7 +374,7 @@ def _slot_setters(cls: type) -> tuple:
  _set_info_mem_mib, _set_info_logical, _set_info_queued) = _slot_setters(RunningInfo)
 (_set_snapshot_lm, _set_snapshot_epoch, _set_snapshot_seq, _set_snapshot_topology,
  _set_snapshot_free_cpu, _set_snapshot_free_mem, _set_snapshot_up, _set_snapshot_running,
- _set_snapshot_changes, _set_snapshot_attempts_by_gm, _set_snapshot_queue_room,
+ _set_snapshot_changes, _set_snapshot_queue_room,
  _set_snapshot_memo) = _slot_setters(LMSnapshot)
 
 

@@ -118,11 +118,6 @@ class LMAttemptBook:
         self.log = log
         self.running: dict[str, RunningAttempt] = {}
         self.infos: dict[str, RunningInfo] = {}
-        self.ids_by_gm: dict[str, dict[str, None]] = {}
-        # `ids_by_gm` as snapshots carry it, kept per GM until that GM's attempts change:
-        # three in five of the lists a heartbeat carries are as in the LM's last one, and
-        # copying them all anew was 2% of a 10,000-node run (benchmarks/bench_sim.py)
-        self._id_tuples: dict[str, tuple[str, ...]] = {}
         # how recent attempts ended: an id seen before is never run again, in flat memory
         self.ended: EndedMemory[AttemptState] = EndedMemory(ended_memory)
         # job id -> its live attempts' ids: who holds a reprioritized job, without a scan of
@@ -132,15 +127,10 @@ class LMAttemptBook:
     def add(self, step: Step, attempt: RunningAttempt, detail: str) -> None:
         """Take on a new attempt in its first state (launched or adopted)."""
         placement = attempt.placement
-        attempt_id, gm = placement.attempt_id, placement.gm
+        attempt_id = placement.attempt_id
         self._transition(step, attempt_id, _NEW, attempt.state, detail)
         self.running[attempt_id] = attempt
         self.infos[attempt_id] = attempt.info()
-        of_gm = self.ids_by_gm.get(gm)
-        if of_gm is None:
-            of_gm = self.ids_by_gm[gm] = {}
-        of_gm[attempt_id] = None
-        self._id_tuples.pop(gm, None)
         if self.by_job is not None:
             self.by_job.setdefault(placement.task.job_id, {})[attempt_id] = None
 
@@ -168,9 +158,6 @@ class LMAttemptBook:
         self._transition(step, attempt_id, attempt.state, new, detail)
         del self.running[attempt_id]
         del self.infos[attempt_id]
-        gm = attempt.placement.gm
-        del self.ids_by_gm[gm][attempt_id]
-        self._id_tuples.pop(gm, None)
         if self.by_job is not None:
             job_id = attempt.placement.task.job_id
             of_job = self.by_job[job_id]
@@ -205,17 +192,6 @@ class LMAttemptBook:
                     copies.reprioritized(attempt_id, priority)
         return workers
 
-    def ids_of_gms(self) -> dict[str, tuple[str, ...]]:
-        """The live attempts' ids by GM, as a snapshot carries them."""
-        cached = self._id_tuples
-        by_gm = {}
-        for gm, ids in self.ids_by_gm.items():
-            known = cached.get(gm)
-            if known is None:
-                known = cached[gm] = tuple(ids)
-            by_gm[gm] = known
-        return by_gm
-
     def _transition(self, step: Step, attempt_id: str, old: AttemptState, new: AttemptState,
                     detail: str = "") -> None:
         if new not in ATTEMPT_TRANSITIONS[old]:  # the check costs a call only when it fails
@@ -227,11 +203,6 @@ class LMAttemptBook:
         self.ended.validate(self.lm)
         if self.infos.keys() != self.running.keys():
             raise InvariantViolated(f"{self.lm}: heartbeat listing differs from running")
-        by_gm: dict[str, set[str]] = {}
-        for attempt_id, info in self.infos.items():
-            by_gm.setdefault(info.gm, set()).add(attempt_id)
-        if by_gm != {gm: set(ids) for gm, ids in self.ids_by_gm.items() if ids}:
-            raise InvariantViolated(f"{self.lm}: attempt ids by GM differ from running")
         if self.by_job is not None:
             by_job: dict[str, set[str]] = {}
             for attempt_id, attempt in self.running.items():

@@ -106,7 +106,6 @@ class SnapshotMaker:
                 up=self._none_up if backlogged else up,
                 running=tuple(self.attempts.infos.values()),
                 changes=changes,
-                attempts_by_gm=self.attempts.ids_of_gms(),
                 queue_room=self._shown_room(queues, accepting),
             )
         return self._full
