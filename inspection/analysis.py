@@ -954,3 +954,5 @@ _HANDLERS = {
     "task_restored": _counter("restores"),
     **dict.fromkeys(LM_ENDS, _lm_end),
 }
+# the events `RunAnalysis.feed` reads: a driver that writes no log may leave out the others
+EVENTS_READ = frozenset(_HANDLERS)

@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 import orjson
 
-from inspection.analysis import RunAnalysis
+from inspection.analysis import EVENTS_READ, RunAnalysis
 
 _dumps, _ONE_LINE = orjson.dumps, orjson.OPT_APPEND_NEWLINE  # looked up once: a line each
 
@@ -32,11 +32,13 @@ class SimLog:
              handle_s: float | None = None) -> None:
         """One line; `handle_s` (the core's time on the event) goes last, as the services
         write it."""
+        self.events += 1
+        if self._file is None and event not in EVENTS_READ:
+            return  # not written, and the analysis does not read it: no record to build
         record = {"ts": ts, "svc": svc, "event": event, **fields} if fields else {
             "ts": ts, "svc": svc, "event": event}
         if handle_s is not None:
             record["handle_s"] = handle_s
-        self.events += 1
         self.analysis.feed(record)
         if self._file is not None:
             # orjson: a million lines is most of a run's cost with the standard encoder

@@ -84,6 +84,23 @@ def test_measured_processing_adds_each_cores_cpu_time_to_the_two_delays():
     assert allocation == pytest.approx(sum(breakdown["mean_s"].values()))
 
 
+def test_a_run_reports_the_same_figures_with_and_without_its_log_file(tmp_path):
+    """Without a file the log builds no line the analysis does not read (`EVENTS_READ`):
+    the figures and the count of events are the same either way."""
+    jobs = [job(f"j{n}", 0.2 * n, [1.0 + n % 3] * (1 + n % 4)) for n in range(12)]
+    reports = []
+    for path in (None, tmp_path / "run.log"):
+        federation = shaped_federation(4, 2, 2, slots=True, heartbeat_interval=1.0)
+        log = SimLog("megha", path)
+        FederatedSimulation(federation, jobs, log).run()
+        log.close()
+        reports.append((log.events, log.report()))
+    assert reports[0] == reports[1]
+    written = (tmp_path / "run.log").read_text().splitlines()
+    assert len(written) == reports[1][0]
+    assert any(json.loads(line)["event"] == "request_sent" for line in written)
+
+
 def test_sparrow_takes_three_delays_probe_request_answer():
     federation = shaped_federation(4, 1, 1, slots=True)
     log = SimLog("sparrow")
