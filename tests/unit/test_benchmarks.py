@@ -34,3 +34,21 @@ def test_a_benchmark_prints_its_figures(script, args, names):
     figures = dict(re.findall(r"^([\w.]+)=(\S+)$", done.stdout, flags=re.MULTILINE))
     for name in names:
         assert float(figures[name]) > 0, done.stdout
+
+
+def test_the_simulator_benchmark_repeats_a_case_in_pairs_and_reports_medians():
+    small = ["--nodes", "200", "--gms", "2", "--lms", "4", "--trace",
+             str(ROOT / "deploy" / "workloads" / "YH_small.tr"), "--saturated-jobs", "20",
+             "--only", "saturated"]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_sim.py"), *small,
+                           "--repeat", "2"], capture_output=True, text=True, timeout=240,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = dict(re.findall(r"^([\w.]+)=(\S+)$", done.stdout, flags=re.MULTILINE))
+    low, high = (float(x) for x in figures["sim_megha_over_sparrow_range.saturated"].split("-"))
+    # two pairs: the ratio of the median walls is a mean of the pairs' ratios, weighted
+    assert 0 < low <= float(figures["sim_megha_over_sparrow.saturated"]) <= high
+    refused = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_sim.py"), *small,
+                              "--repeat", "0"], capture_output=True, text=True, timeout=60,
+                             cwd=ROOT)
+    assert refused.returncode == 2 and "--repeat must be at least 1, got 0" in refused.stderr
